@@ -1,0 +1,375 @@
+"""Typed run configuration: dataclasses with a doc per field, YAML recipes, ``key=value`` overrides.
+
+A recipe is a YAML file (``recipes/<name>.yaml``) whose keys mirror :class:`TrainConfig`;
+command-line overrides use dotted keys (``ppo.actor_lr=3e-4``). Unknown keys and ill-typed
+values raise :class:`ConfigError` with one line naming the key. Validation of values
+(ranges, choices, divisibility) happens in :func:`validate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+
+class ConfigError(ValueError):
+    """A recipe or override is malformed; the message is one line naming the key."""
+
+
+def _f(default: Any, doc: str, **kw: Any) -> Any:
+    """A dataclass field carrying its documentation in ``metadata['doc']``."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"doc": doc}, **kw)
+    return field(default=default, metadata={"doc": doc}, **kw)
+
+
+def _sub(cls: type, doc: str) -> Any:
+    return field(default_factory=cls, metadata={"doc": doc})
+
+
+@dataclass
+class TinyModelConfig:
+    """Shape of the tiny Qwen2-architecture model built offline for CPU runs."""
+
+    seed: int = _f(0, "seed of the tiny model's weights and tokenizer")
+    vocab_size: int = _f(1024, "BPE vocabulary size of the tiny tokenizer")
+    hidden_size: int = _f(128, "hidden size (head_dim = hidden_size / num_heads)")
+    num_layers: int = _f(2, "transformer layers")
+    num_heads: int = _f(2, "attention heads")
+    num_kv_heads: int = _f(1, "key/value heads (grouped-query attention)")
+    intermediate_size: int = _f(256, "MLP width")
+    corpus_episodes: int = _f(64, "random-play episodes whose text trains the tiny tokenizer")
+
+
+@dataclass
+class ModelConfig:
+    """Which weights the actor and critic start from."""
+
+    path: str = _f("tiny", "Hugging Face id or local directory of the actor; 'tiny' builds the tiny CPU model")
+    critic_path: Optional[str] = _f(None, "critic backbone (default: same as path); a saved critic keeps its head")
+    dtype: str = _f("float32", "parameter dtype: float32 or bfloat16")
+    value_head_init_std: float = _f(0.0, "std of the fresh value head's init (0 = zeros)")
+    cache_dir: str = _f(".cache/verlog", "where built tiny models are cached")
+    tiny: TinyModelConfig = _sub(TinyModelConfig, "tiny model shape (used when path = 'tiny')")
+
+
+@dataclass
+class EnvConfig:
+    """The training environments."""
+
+    task: str = _f("babyai/easy_goto", "registered text environment, e.g. babyai/goto")
+    num_envs: int = _f(16, "parallel environments N (per data-parallel rank)")
+    vector_mode: str = _f("async", "gymnasium vector env: async (subprocesses) or sync")
+    format_penalty: float = _f(-0.1, "added to the reward of a step whose reply was not a valid action")
+    max_steps: Optional[int] = _f(None, "episode step limit (None: BALROG's limit for the task)")
+
+
+@dataclass
+class MemoryConfig:
+    """How each turn's prompt is built."""
+
+    history_turns: int = _f(1, "previous (observation, reply) turns shown before the current observation")
+    max_prompt_tokens: int = _f(1024, "prompt token budget; oldest history is dropped first")
+    reply_hint: Optional[str] = _f(None, "text appended to the current observation (e.g. a format reminder)")
+
+
+@dataclass
+class RolloutConfig:
+    """Generation during training."""
+
+    engine: str = _f("hf", "rollout backend: hf (transformers) or vllm")
+    turns_per_env: int = _f(8, "T: turns collected per environment per iteration (batch = T x N turns)")
+    max_response_tokens: int = _f(32, "most tokens per reply")
+    temperature: float = _f(1.0, "sampling temperature")
+    top_p: float = _f(1.0, "nucleus sampling mass")
+    top_k: int = _f(-1, "top-k sampling (-1: off)")
+    vllm_gpu_memory_utilization: float = _f(0.5, "vLLM: fraction of GPU memory for weights + KV cache")
+    vllm_tensor_parallel_size: int = _f(1, "vLLM: tensor-parallel size")
+    vllm_cpu_kv_cache_gb: float = _f(1.0, "vLLM on CPU: KV cache size in GiB")
+
+
+@dataclass
+class GAEConfig:
+    """Dual-discount GAE (DESIGN.md)."""
+
+    gamma_step: float = _f(0.99, "discount across environment steps")
+    lam_step: float = _f(0.95, "GAE lambda across environment steps")
+    gamma_token: float = _f(1.0, "discount across the tokens of a turn")
+    lam_token: float = _f(1.0, "GAE lambda across the tokens of a turn")
+    whiten_advantages: bool = _f(True, "whiten advantages over the valid tokens of the batch")
+
+
+@dataclass
+class PPOConfig:
+    """The PPO update."""
+
+    actor_lr: float = _f(1e-6, "actor learning rate (AdamW)")
+    critic_lr: float = _f(1e-5, "critic learning rate (AdamW)")
+    weight_decay: float = _f(0.0, "AdamW weight decay for actor and critic")
+    epochs: int = _f(1, "passes over each batch")
+    minibatches: int = _f(2, "optimizer steps per epoch (the batch is split into this many minibatches)")
+    micro_batch_size: int = _f(16, "turns per forward/backward pass (gradient accumulation inside a minibatch)")
+    clip_low: float = _f(0.2, "ratio clip below: 1 - clip_low")
+    clip_high: float = _f(0.2, "ratio clip above: 1 + clip_high (asymmetric 'clip-higher' when > clip_low)")
+    dual_clip: Optional[float] = _f(3.0, "dual-clip constant c > 1 for negative advantages (None: off)")
+    value_clip: Optional[float] = _f(0.2, "value-loss clip around the rollout values (None: off)")
+    value_coef: float = _f(1.0, "weight of the value loss in the critic's objective")
+    entropy_coef: float = _f(0.0, "entropy bonus weight")
+    kl_coef: float = _f(0.0, "KL to the reference policy; the reference is loaded only when > 0")
+    kl_kind: str = _f("k3", "KL estimator: k1, k2 or k3")
+    kl_in_reward: bool = _f(False, "apply the KL as a per-token reward penalty instead of a loss term")
+    max_grad_norm: float = _f(1.0, "gradient clipping (global norm)")
+    target_kl: Optional[float] = _f(None, "stop the update's remaining minibatches when approx-KL exceeds this")
+    critic_warmup_iterations: int = _f(0, "value-only iterations on rollouts of the untrained policy before the first policy update")
+
+
+@dataclass
+class FormatWarmupConfig:
+    """Brief supervised warm-up that teaches the reply format only (``ACTION: <random valid action>``)."""
+
+    steps: int = _f(0, "supervised steps (0: off)")
+    batch_size: int = _f(32, "prompts per step")
+    lr: float = _f(1e-3, "learning rate")
+    episodes: int = _f(32, "random-play episodes whose prompts are used")
+
+
+@dataclass
+class DeepSpeedConfig:
+    """DeepSpeed engine settings for actor and critic."""
+
+    zero_stage: int = _f(2, "ZeRO stage 0-3")
+    bf16: bool = _f(False, "bf16 mixed precision")
+
+
+@dataclass
+class EvalConfig:
+    """Fixed-seed evaluation."""
+
+    episodes: int = _f(100, "episodes per evaluation")
+    seed: int = _f(100_000, "seed of the first evaluation episode (episode i uses seed + i)")
+    num_envs: int = _f(16, "parallel evaluation environments")
+    greedy: bool = _f(True, "argmax decoding (False: sample at rollout.temperature)")
+    every: int = _f(0, "evaluate every k iterations during training (0: only at the end)")
+    baseline: bool = _f(True, "also evaluate the untrained policy (greedy and sampled) before training")
+
+
+@dataclass
+class LoggingConfig:
+    """Where metrics go."""
+
+    wandb: bool = _f(False, "log to Weights & Biases")
+    wandb_mode: str = _f("offline", "wandb mode: offline or online")
+    wandb_project: str = _f("verlog", "wandb project")
+    progress: bool = _f(True, "show a progress bar")
+    dump_batch_every: int = _f(0, "save the scored batch every k iterations (0: never)")
+
+
+@dataclass
+class TrainConfig:
+    """One training run."""
+
+    name: str = _f("run", "run name: outputs go to <run_root>/<name>/")
+    run_root: str = _f("runs", "parent directory of run directories")
+    seed: int = _f(0, "seed of everything (python, numpy, torch, envs)")
+    iterations: int = _f(100, "PPO iterations (critic warm-up iterations included)")
+    threads: int = _f(1, "torch intra-op threads per process")
+    checkpoint_every: int = _f(0, "write a checkpoint every k iterations (0: only at the end)")
+    resume: Optional[str] = _f(None, "run directory to resume from (its newest checkpoint)")
+    model: ModelConfig = _sub(ModelConfig, "actor/critic weights")
+    env: EnvConfig = _sub(EnvConfig, "environments")
+    memory: MemoryConfig = _sub(MemoryConfig, "prompt memory")
+    rollout: RolloutConfig = _sub(RolloutConfig, "generation")
+    gae: GAEConfig = _sub(GAEConfig, "advantage estimation")
+    ppo: PPOConfig = _sub(PPOConfig, "PPO update")
+    format_warmup: FormatWarmupConfig = _sub(FormatWarmupConfig, "format warm-up")
+    deepspeed: DeepSpeedConfig = _sub(DeepSpeedConfig, "DeepSpeed")
+    eval: EvalConfig = _sub(EvalConfig, "evaluation")
+    logging: LoggingConfig = _sub(LoggingConfig, "metric sinks")
+
+
+_CHOICES = {
+    "model.dtype": ("float32", "bfloat16"),
+    "env.vector_mode": ("async", "sync"),
+    "rollout.engine": ("hf", "vllm"),
+    "ppo.kl_kind": ("k1", "k2", "k3"),
+    "logging.wandb_mode": ("offline", "online", "disabled"),
+}
+_POSITIVE = (
+    "iterations", "threads", "env.num_envs", "rollout.turns_per_env", "rollout.max_response_tokens",
+    "memory.max_prompt_tokens", "ppo.epochs", "ppo.minibatches", "ppo.micro_batch_size", "eval.episodes",
+    "eval.num_envs", "format_warmup.batch_size", "model.tiny.vocab_size",
+)
+_NON_NEGATIVE = (
+    "memory.history_turns", "ppo.critic_warmup_iterations", "format_warmup.steps", "checkpoint_every",
+    "eval.every", "ppo.entropy_coef", "ppo.kl_coef", "ppo.clip_low", "ppo.clip_high", "rollout.temperature",
+)
+_UNIT_INTERVAL = ("gae.gamma_step", "gae.lam_step", "gae.gamma_token", "gae.lam_token", "rollout.top_p")
+
+
+def _get(cfg: TrainConfig, key: str) -> Any:
+    obj: Any = cfg
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def validate(cfg: TrainConfig) -> TrainConfig:
+    """Check value ranges, choices and batch divisibility.
+
+    Raises:
+        ConfigError: one line naming the first offending key.
+    """
+    for key, choices in _CHOICES.items():
+        if _get(cfg, key) not in choices:
+            raise ConfigError(f"{key}: expected one of {', '.join(choices)}, got {_get(cfg, key)!r}")
+    for key in _POSITIVE:
+        if _get(cfg, key) <= 0:
+            raise ConfigError(f"{key}: expected a positive number, got {_get(cfg, key)!r}")
+    for key in _NON_NEGATIVE:
+        if _get(cfg, key) < 0:
+            raise ConfigError(f"{key}: expected a non-negative number, got {_get(cfg, key)!r}")
+    for key in _UNIT_INTERVAL:
+        if not 0.0 <= _get(cfg, key) <= 1.0:
+            raise ConfigError(f"{key}: expected a number in [0, 1], got {_get(cfg, key)!r}")
+    if not 0 <= cfg.deepspeed.zero_stage <= 3:
+        raise ConfigError(f"deepspeed.zero_stage: expected 0, 1, 2 or 3, got {cfg.deepspeed.zero_stage}")
+    if cfg.ppo.dual_clip is not None and cfg.ppo.dual_clip <= 1.0:
+        raise ConfigError(f"ppo.dual_clip: expected a number > 1 or null, got {cfg.ppo.dual_clip}")
+    turns = cfg.rollout.turns_per_env * cfg.env.num_envs
+    if turns % cfg.ppo.minibatches:
+        raise ConfigError(
+            f"ppo.minibatches: the batch of {turns} turns (rollout.turns_per_env x env.num_envs) "
+            f"is not divisible by {cfg.ppo.minibatches}"
+        )
+    if cfg.ppo.critic_warmup_iterations >= cfg.iterations:
+        raise ConfigError(
+            f"ppo.critic_warmup_iterations: {cfg.ppo.critic_warmup_iterations} leaves no policy update "
+            f"in {cfg.iterations} iterations"
+        )
+    if cfg.env.max_steps is not None and cfg.env.max_steps <= 0:
+        raise ConfigError(f"env.max_steps: expected a positive number or null, got {cfg.env.max_steps}")
+    return cfg
+
+
+def _one_line(err: OmegaConfBaseException) -> str:
+    key = getattr(err, "full_key", None) or "?"
+    msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return f"{key}: {msg}"
+
+
+def resolve_recipe(recipe: str) -> Path:
+    """Map a recipe name (``tiny``) or a YAML path to a file.
+
+    Raises:
+        ConfigError: the recipe does not exist.
+    """
+    path = Path(recipe)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ConfigError(f"recipe: file not found: {recipe}")
+        return path
+    candidate = RECIPES_DIR / f"{recipe}.yaml"
+    if not candidate.is_file():
+        known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")))
+        raise ConfigError(f"recipe: unknown recipe {recipe!r} (known: {known})")
+    return candidate
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """Turn ``["a.b=1", "c=x"]`` into ``{"a.b": 1, "c": "x"}`` (values parsed as YAML scalars).
+
+    Raises:
+        ConfigError: an item is not of the form ``key=value``.
+    """
+    out: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part.isidentifier() for part in key.split(".")):
+            raise ConfigError(f"{item}: expected an override of the form key=value (e.g. ppo.actor_lr=1e-5)")
+        if raw.strip() in ("None", "none", "null", "~", ""):
+            out[key] = None
+            continue
+        try:
+            out[key] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            out[key] = raw
+    return out
+
+
+def build_config(data: dict[str, Any], overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Merge a recipe mapping and dotted overrides onto the defaults and validate.
+
+    Raises:
+        ConfigError: unknown key, wrong type or invalid value (one line naming the key).
+    """
+    schema = OmegaConf.structured(TrainConfig)
+    try:
+        merged = OmegaConf.merge(schema, OmegaConf.create(data or {}))
+        for key, value in (overrides or {}).items():
+            OmegaConf.update(merged, key, value, merge=True, force_add=False)
+        if OmegaConf.missing_keys(merged):
+            raise ConfigError(f"{sorted(OmegaConf.missing_keys(merged))[0]}: a value is required")
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        raise ConfigError(_one_line(err)) from None
+    assert isinstance(cfg, TrainConfig)
+    return validate(cfg)
+
+
+def load_recipe(recipe: str, overrides: list[str] | None = None) -> TrainConfig:
+    """Load a recipe (name or YAML path) with ``key=value`` overrides into a validated config.
+
+    Raises:
+        ConfigError: missing recipe, malformed YAML, unknown key, wrong type or bad value.
+    """
+    path = resolve_recipe(recipe)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"recipe {path}: malformed YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"recipe {path}: expected a mapping of keys at the top level")
+    return build_config(data, parse_overrides(overrides or []))
+
+
+def to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """The config as plain nested dicts (for ``config.yaml`` and checkpoints)."""
+    return dataclasses.asdict(cfg)
+
+
+def save_config(cfg: TrainConfig, path: Path) -> None:
+    """Write the resolved config as YAML."""
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def field_docs(cls: type = TrainConfig, prefix: str = "") -> list[tuple[str, str, Any, str]]:
+    """Every leaf field as ``(dotted key, type name, default, doc)`` — for ``--help``."""
+    rows = []
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(f.type) or (isinstance(f.type, str) and f.type in _DATACLASSES):
+            sub = _DATACLASSES[f.type] if isinstance(f.type, str) else f.type
+            rows.extend(field_docs(sub, key + "."))
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        rows.append((key, str(f.type), default, f.metadata.get("doc", "")))
+    return rows
+
+
+_DATACLASSES = {
+    c.__name__: c
+    for c in (TinyModelConfig, ModelConfig, EnvConfig, MemoryConfig, RolloutConfig, GAEConfig, PPOConfig,
+              FormatWarmupConfig, DeepSpeedConfig, EvalConfig, LoggingConfig, TrainConfig)
+}
+
+__all__ = ["ConfigError", "TrainConfig", "load_recipe", "build_config", "validate", "field_docs",
+           "save_config", "to_dict", "parse_overrides", "MISSING", "DictConfig"]
