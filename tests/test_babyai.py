@@ -1,0 +1,384 @@
+"""Tests of the BabyAI text env, the TextEnv contract it inherits, and the env registry."""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+import pytest
+from minigrid.core.constants import DIR_TO_VEC
+from minigrid.core.grid import Grid
+from minigrid.core.world_object import Ball, Box, Door, Key, Wall
+
+from verlog.envs import TextEnv, list_envs, make_env, register
+from verlog.envs.babyai import BabyAITextEnv, describe_view
+from verlog.envs.base import INFO_KEYS, invalid_action_notice
+
+NORTH, EAST, SOUTH, WEST = 3, 0, 1, 2  # minigrid's agent_dir values
+ACTIONS = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
+
+
+def _empty_room(env: BabyAITextEnv, size: int = 8) -> Grid:
+    """Replace the level's grid by an empty walled size x size room and return it."""
+    grid = Grid(size, size)
+    grid.wall_rect(0, 0, size, size)
+    env.minigrid.grid = grid
+    env.minigrid.carrying = None
+    return grid
+
+
+@pytest.fixture
+def room_env():
+    env = make_env("babyai/easy_goto")
+    env.reset(seed=0)
+    return env
+
+
+# ----------------------------------------------------------------------------- text rendering
+def test_objects_and_walls_facing_north(room_env):
+    grid = _empty_room(room_env)
+    grid.set(1, 2, Ball("red"))
+    grid.set(3, 4, Key("blue"))
+    grid.set(5, 5, Box("green"))
+    grid.set(3, 6, Ball("purple"))  # behind the agent: not visible
+    room_env.minigrid.agent_pos, room_env.minigrid.agent_dir = (3, 5), NORTH
+    # Forward is -y, right is +x. Walls: y=0 is 5 steps ahead, x=0 is 3 steps left, x=7 (4 steps right)
+    # is outside the 7x7 view.
+    assert room_env.describe().split("\n") == [
+        "a wall 5 steps forward",
+        "a wall 3 steps left",
+        "a blue key 1 step forward",
+        "a green box 2 steps right",
+        "a red ball 2 steps left and 3 steps forward",
+    ]
+
+
+def test_same_layout_facing_east(room_env):
+    grid = _empty_room(room_env)
+    grid.set(1, 2, Ball("red"))  # now behind the agent: not visible
+    grid.set(3, 4, Key("blue"))
+    grid.set(5, 5, Box("green"))
+    grid.set(3, 6, Ball("purple"))
+    room_env.minigrid.agent_pos, room_env.minigrid.agent_dir = (3, 5), EAST
+    # Forward is +x, right is +y (south), left is -y.
+    assert room_env.describe().split("\n") == [
+        "a wall 4 steps forward",
+        "a wall 2 steps right",
+        "a blue key 1 step left",
+        "a purple ball 1 step right",
+        "a green box 2 steps forward",
+    ]
+
+
+def test_objects_behind_walls_and_closed_doors_are_not_listed(room_env):
+    grid = _empty_room(room_env)
+    for x in range(1, 7):
+        grid.set(x, 3, Wall())
+    door = Door("yellow", is_open=False)
+    grid.set(3, 3, door)
+    grid.set(3, 1, Ball("red"))
+    grid.set(2, 1, Key("grey"))
+    room_env.minigrid.agent_pos, room_env.minigrid.agent_dir = (3, 5), NORTH
+    # The forward ray meets the door (not a wall) and cannot see past it: no forward wall line.
+    assert room_env.describe().split("\n") == ["a wall 3 steps left", "a closed yellow door 2 steps forward"]
+
+    door.is_open = True
+    lines = room_env.describe().split("\n")
+    assert lines[:3] == ["a wall 5 steps forward", "a wall 3 steps left", "an open yellow door 2 steps forward"]
+    assert "a red ball 4 steps forward" in lines
+
+    door.is_open, door.is_locked = False, True
+    assert "a locked yellow door 2 steps forward" in room_env.describe().split("\n")
+
+
+def test_carried_object_is_reported(room_env):
+    _empty_room(room_env)
+    room_env.minigrid.agent_pos, room_env.minigrid.agent_dir = (3, 5), NORTH
+    assert not any(line.startswith("You carry") for line in room_env.describe().split("\n"))
+    room_env.minigrid.carrying = Key("red")
+    assert room_env.describe().split("\n")[-1] == "You carry a red key"
+
+
+def test_pick_up_through_the_env_updates_the_text(room_env):
+    grid = _empty_room(room_env)
+    grid.set(3, 4, Box("purple"))
+    room_env.minigrid.agent_pos, room_env.minigrid.agent_dir = (3, 5), NORTH
+    obs, *_ = room_env.step("ACTION: pick up")
+    lines = obs.split("\n")
+    assert "a purple box 1 step forward" not in lines
+    assert lines[-1] == "You carry a purple box"
+
+
+def test_describe_view_on_a_hand_encoded_image():
+    image = np.zeros((7, 7, 3), dtype=np.uint8)  # all unseen
+    image[3, 6] = (1, 0, 0)  # agent cell, empty
+    image[3, 5] = (1, 0, 0)
+    image[3, 4] = (2, 5, 0)  # grey wall 2 steps forward
+    image[0, 6] = (6, 2, 0)  # blue ball 3 steps left
+    image[6, 0] = (4, 4, 1)  # closed yellow door 3 steps right and 6 steps forward
+    assert describe_view(image) == [
+        "a wall 2 steps forward",
+        "a blue ball 3 steps left",
+        "a closed yellow door 3 steps right and 6 steps forward",
+    ]
+    with pytest.raises(ValueError, match="shape"):
+        describe_view(np.zeros((7, 6, 3)))
+
+
+# ----------------------------------------------------------------------------- TextEnv contract
+def _face_from_distance(env: BabyAITextEnv, target: tuple[int, int], distance: int) -> None:
+    """Put the agent `distance` cells from `target` in a straight line, facing it, path empty."""
+    tx, ty = target
+    for direction in range(4):
+        dx, dy = DIR_TO_VEC[direction]
+        cells = [(tx - dx * k, ty - dy * k) for k in range(1, distance + 1)]
+        if all(1 <= x < env.minigrid.width - 1 and 1 <= y < env.minigrid.height - 1 for x, y in cells):
+            if all(env.minigrid.grid.get(x, y) is None for x, y in cells):
+                env.minigrid.agent_pos, env.minigrid.agent_dir = cells[-1], direction
+                return
+    raise AssertionError(f"no free straight approach of length {distance} to {target}")
+
+
+def _red_ball(env: BabyAITextEnv) -> tuple[int, int]:
+    grid = env.minigrid.grid
+    hits = [
+        (x, y)
+        for x in range(grid.width)
+        for y in range(grid.height)
+        if (c := grid.get(x, y)) is not None and (c.type, c.color) == ("ball", "red")
+    ]
+    assert len(hits) == 1
+    return hits[0]
+
+
+def test_invalid_reply_runs_default_action_with_notice_and_added_penalty():
+    penalised = make_env("babyai/easy_goto", format_penalty=-0.1)
+    clean = make_env("babyai/easy_goto")
+    for env in (penalised, clean):
+        env.reset(seed=11)
+        _face_from_distance(env, _red_ball(env), 2)  # one "go forward" reaches the ball
+    obs, reward, terminated, truncated, info = penalised.step("I refuse to choose.")
+    _, clean_reward, *_ = clean.step("ACTION: go forward")
+    assert info["action"] == "go forward" and info["action_valid"] is False
+    assert obs.split("\n")[0] == invalid_action_notice("go forward")
+    assert "go forward" in obs.split("\n")[0]
+    assert obs.split("\n")[1:] == clean.describe().split("\n")
+    expected_game_reward = 1 - 0.9 * 1 / 64
+    assert info["game_reward"] == pytest.approx(expected_game_reward)
+    assert clean_reward == pytest.approx(expected_game_reward)
+    assert reward == pytest.approx(expected_game_reward - 0.1)
+    assert terminated and not truncated
+
+
+def test_invalid_reply_without_reward_gets_exactly_the_penalty():
+    env = make_env("babyai/goto", format_penalty=-0.25)
+    env.reset(seed=3)
+    _empty_room(env)
+    env.minigrid.agent_pos, env.minigrid.agent_dir = (1, 1), NORTH  # facing the wall: forward is blocked
+    before = env.describe()
+    obs, reward, terminated, truncated, info = env.step("")
+    assert (info["game_reward"], reward, terminated, truncated) == (0.0, -0.25, False, False)
+    assert obs == invalid_action_notice("go forward") + "\n" + before
+    ok_obs, ok_reward, _, _, ok_info = env.step("ACTION: turn left")
+    assert not ok_obs.startswith("Your previous reply")
+    assert (ok_reward, ok_info["action_valid"]) == (0.0, True)
+
+
+def test_success_terminates_with_minigrid_reward_and_progression():
+    env = make_env("babyai/easy_goto")
+    _, info = env.reset(seed=5)
+    assert info["progression"] == 0.0 and info["success"] is False
+    _face_from_distance(env, _red_ball(env), 3)  # two "go forward" steps
+    _, r1, te1, tr1, info1 = env.step("ACTION: go forward")
+    assert (r1, te1, tr1, info1["progression"], info1["success"]) == (0.0, False, False, 0.0, False)
+    _, r2, te2, tr2, info2 = env.step("ACTION: go forward")
+    assert r2 == pytest.approx(1 - 0.9 * 2 / 64)
+    assert te2 and not tr2
+    assert info2["progression"] == 1.0 and info2["success"] is True and info2["episode_step"] == 2
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("ACTION: go forward")
+
+
+def test_success_on_the_last_allowed_step_is_terminated_not_truncated():
+    env = make_env("babyai/easy_goto", max_steps=1)
+    env.reset(seed=5)
+    _face_from_distance(env, _red_ball(env), 2)
+    _, reward, terminated, truncated, _ = env.step("ACTION: go forward")
+    assert reward == pytest.approx(1 - 0.9 * 1 / 1)
+    assert terminated and not truncated
+
+
+def test_step_limit_truncates():
+    env = make_env("babyai/easy_goto", max_steps=3)
+    env.reset(seed=5)
+    assert env.minigrid.max_steps == 3
+    ball = _red_ball(env)
+    # Stand in a corner far from the ball facing a wall; turning can never face the ball.
+    corner = (1, 1) if ball[0] + ball[1] > 6 else (6, 6)
+    env.minigrid.agent_pos, env.minigrid.agent_dir = corner, NORTH if corner == (1, 1) else SOUTH
+    flags = [env.step("ACTION: turn left")[2:4] for _ in range(3)]
+    assert flags == [(False, False), (False, False), (False, True)]
+    with pytest.raises(RuntimeError):
+        env.step("ACTION: turn left")
+
+
+def test_info_keys_identical_at_reset_and_every_step():
+    env = make_env("babyai/goto")
+    _, info = env.reset(seed=1)
+    keys = set(info)
+    assert set(INFO_KEYS) <= keys
+    assert (info["action"], info["action_valid"], info["game_reward"], info["episode_step"]) == ("", True, 0.0, 0)
+    assert env.mission in info["instruction"] and "ACTION:" in info["instruction"]
+    assert info["valid_actions"] == ACTIONS
+    rng = random.Random(0)
+    for step in range(1, 11):
+        _, _, terminated, truncated, info = env.step(rng.choice(ACTIONS + ["garbage"]))
+        assert set(info) == keys
+        assert info["episode_step"] == step
+        assert isinstance(info["success"], bool) and isinstance(info["game_reward"], float)
+        if terminated or truncated:
+            break
+
+
+def test_same_seed_same_episode_and_unseeded_resets_continue_the_rng():
+    def rollout(seed: int) -> list[str]:
+        env = make_env("babyai/goto", max_steps=8)
+        rng = random.Random(1234)
+        obs, info = env.reset(seed=seed)
+        seen = [info["mission"], obs]
+        for _ in range(20):  # crosses episode boundaries: unseeded resets
+            obs, _, terminated, truncated, _ = env.step(rng.choice(ACTIONS))
+            seen.append(obs)
+            if terminated or truncated:
+                obs, info = env.reset()
+                seen += [info["mission"], obs]
+        return seen
+
+    assert rollout(42) == rollout(42)
+    firsts = {tuple(rollout(s)[:2]) for s in (1, 2, 3, 4)}
+    assert len(firsts) > 1, "different seeds should give different layouts"
+
+
+def test_gymnasium_env_checker_accepts_the_env():
+    from gymnasium.utils.env_checker import check_env
+
+    env = make_env("babyai/goto")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # only the "no render modes / no spec" notices
+        check_env(env, skip_render_check=True)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    assert env.action_space.contains("Let me think \u2014 \u201cturn left\u201d.\nACTION: turn left")
+
+
+def test_constructor_and_step_reject_bad_input():
+    with pytest.raises(ValueError, match="format_penalty"):
+        make_env("babyai/goto", format_penalty=0.5)
+    with pytest.raises(ValueError, match="format_penalty"):
+        make_env("babyai/goto", format_penalty=float("nan"))
+    with pytest.raises(ValueError, match="max_steps"):
+        make_env("babyai/goto", max_steps=0)
+    with pytest.raises(ValueError, match="max_steps"):
+        make_env("babyai/goto", level_kwargs={"max_steps": 5})
+    with pytest.raises(TypeError, match="level_kwargs"):
+        make_env("babyai/goto", level_kwargs={"no_such_option": 1})
+    env = make_env("babyai/goto")
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("ACTION: drop")
+    with pytest.raises(RuntimeError, match="reset"):
+        _ = env.instruction
+    env.reset(seed=0)
+    with pytest.raises(TypeError, match="str"):
+        env.step(3)
+    with pytest.raises(ValueError, match="options"):
+        env.reset(options={"x": 1})
+
+
+def test_level_kwargs_reach_the_level():
+    env = make_env("babyai/goto", level_kwargs={"num_dists": 1})
+    env.reset(seed=0)
+    grid = env.minigrid.grid
+    objects = [c for c in grid.grid if c is not None and c.type not in ("wall", "door")]
+    assert len(objects) == 1
+
+
+# ----------------------------------------------------------------------------- tasks
+BALROG_LIMITS = {"goto": 64, "pickup": 64, "easy_goto": 64, "open": 128, "putnext": 128, "pick_up_seq_go_to": 128}
+MISSION_START = {
+    "goto": "go to ",
+    "pickup": "pick up ",
+    "easy_goto": "go to the red ball",
+    "open": "open the ",
+    "putnext": "put ",
+    "pick_up_seq_go_to": "pick up ",
+}
+
+
+def test_all_babyai_tasks_are_registered():
+    assert {n for n in list_envs() if n.startswith("babyai/")} == {f"babyai/{t}" for t in BALROG_LIMITS}
+
+
+@pytest.mark.parametrize("task", sorted(BALROG_LIMITS))
+def test_task_makes_resets_and_runs_20_random_steps(task):
+    env = make_env(f"babyai/{task}")
+    obs, info = env.reset(seed=7)
+    assert isinstance(obs, str) and obs
+    assert env.max_steps == env.minigrid.max_steps == BALROG_LIMITS[task]
+    assert info["mission"].startswith(MISSION_START[task]), info["mission"]
+    if task == "pick_up_seq_go_to":
+        assert ", then go to " in info["mission"]
+    rng = random.Random(task)
+    for _ in range(20):
+        obs, reward, terminated, truncated, info = env.step(f"ACTION: {rng.choice(ACTIONS)}")
+        assert isinstance(obs, str) and isinstance(reward, float)
+        assert not (terminated and truncated)
+        if terminated or truncated:
+            obs, info = env.reset()
+
+
+def test_pick_up_then_go_to_needs_the_right_order():
+    env = make_env("babyai/pick_up_seq_go_to")
+    env.reset(seed=3)
+    instr = env.minigrid.instrs
+    to_pick = instr.instr_a.desc.obj_set[0]
+    to_reach = instr.instr_b.desc.obj_set[0]
+    # Going to the target first does not count ("drop" while facing an object changes nothing).
+    _face_from_distance(env, tuple(to_reach.cur_pos), 1)
+    _, reward, terminated, *_ = env.step("ACTION: drop")
+    assert (reward, terminated) == (0.0, False)
+    _face_from_distance(env, tuple(to_pick.cur_pos), 1)
+    obs, reward, terminated, *_ = env.step("ACTION: pick up")
+    assert (reward, terminated) == (0.0, False)
+    assert obs.split("\n")[-1] == f"You carry a {to_pick.color} {to_pick.type}"
+    _face_from_distance(env, tuple(to_reach.cur_pos), 1)
+    _, reward, terminated, truncated, info = env.step("ACTION: drop")  # blocked: still carrying
+    assert terminated and not truncated and info["success"]
+    assert reward == pytest.approx(1 - 0.9 * 3 / 128)
+
+
+def test_upstream_rejection_prints_are_silenced_and_counted(capsys):
+    env = make_env("babyai/goto")
+    for seed in range(25):
+        env.reset(seed=seed)
+    assert "Sampling rejected" not in capsys.readouterr().out
+    raw = env.minigrid
+    for seed in range(25):
+        raw.reset(seed=seed)
+    printed = capsys.readouterr().out.count("Sampling rejected")
+    assert printed > 0, "these seeds should trigger upstream rejection sampling"
+    assert env.rejected_layouts == printed
+
+
+# ----------------------------------------------------------------------------- registry
+def test_registry_errors_are_specific():
+    with pytest.raises(ValueError, match="babyai/goto"):
+        make_env("babyai/nope")
+    with pytest.raises(TypeError, match="accepted"):
+        make_env("babyai/goto", max_step=3)
+    with pytest.raises(ValueError, match="already registered"):
+        register("babyai/goto", lambda: None)
+    register("test/not_a_text_env", lambda: object(), replace=True)
+    with pytest.raises(TypeError, match="not a TextEnv"):
+        make_env("test/not_a_text_env")
+    assert isinstance(make_env("babyai/goto", max_steps=5), TextEnv)

@@ -1,0 +1,394 @@
+"""BabyAI (upstream ``minigrid``) as a :class:`~verlog.envs.base.TextEnv`, in BALROG's text conventions.
+
+Each observation lists what the agent sees in its 7x7 egocentric view (minigrid's own partial view,
+walls and closed doors blocking sight), one item per line:
+
+* the nearest wall straight ahead, to the left and to the right, if visible
+  (``a wall 2 steps forward``, ``a wall 1 step left``);
+* every visible object with its offset from the agent, sideways first, then forward
+  (``a red ball 2 steps left and 3 steps forward``, ``a blue key 1 step forward``,
+  ``a closed yellow door 3 steps right``); objects are ordered by distance (steps sideways +
+  forward), then forward, then left to right;
+* ``You carry a red key`` when holding something.
+
+The six actions are BALROG's: ``turn left``, ``turn right``, ``go forward``, ``pick up``, ``drop``,
+``toggle``; the default (for invalid replies) is ``go forward``. The reward is minigrid's native
+``1 - 0.9 * step_count / max_steps`` on success (else 0), computed with OUR step limit, which is also
+given to the minigrid level (so it never truncates earlier or later than the text env). Progression is
+1.0 once any step had reward > 0 (BALROG's BabyAI progression), else 0.0.
+
+Registered tasks (see :data:`BABYAI_TASKS`): ``babyai/goto``, ``babyai/pickup``, ``babyai/open``,
+``babyai/putnext``, ``babyai/pick_up_seq_go_to``, ``babyai/easy_goto``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import logging
+from typing import Any, Callable, Mapping
+
+import gymnasium
+import numpy as np
+from minigrid.core.actions import Actions
+from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT
+from minigrid.envs.babyai.core.roomgrid_level import RejectSampling, RoomGridLevel
+from minigrid.envs.babyai.core.verifier import BeforeInstr, GoToInstr, ObjDesc, PickupInstr
+from minigrid.minigrid_env import MiniGridEnv
+
+from verlog.envs.base import TextEnv
+from verlog.envs.registry import register
+
+__all__ = [
+    "BABYAI_ACTIONS",
+    "BABYAI_TASKS",
+    "BabyAITextEnv",
+    "PickupThenGoToLocal",
+    "build_instruction",
+    "describe_view",
+    "make_babyai",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Text action -> minigrid action, in BALROG's order.
+BABYAI_ACTIONS: dict[str, Actions] = {
+    "turn left": Actions.left,
+    "turn right": Actions.right,
+    "go forward": Actions.forward,
+    "pick up": Actions.pickup,
+    "drop": Actions.drop,
+    "toggle": Actions.toggle,
+}
+_ACTION_HELP = {
+    "turn left": "turn 90 degrees to your left, staying on the same cell",
+    "turn right": "turn 90 degrees to your right, staying on the same cell",
+    "go forward": "move one step in the direction you are facing (blocked by walls, objects and closed doors)",
+    "pick up": "pick up the object directly in front of you (you can carry one object at a time)",
+    "drop": "put the object you carry on the empty cell directly in front of you",
+    "toggle": "open or close the door directly in front of you (or open a box)",
+}
+DEFAULT_ACTION = "go forward"
+
+_DOOR_STATE = {0: "open", 1: "closed", 2: "locked"}
+_IGNORED_TYPES = {"unseen", "empty", "floor", "agent"}
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
+def _object_name(type_idx: int, color_idx: int, state: int) -> str:
+    obj_type = IDX_TO_OBJECT[type_idx]
+    color = IDX_TO_COLOR[color_idx]
+    if obj_type == "door":
+        adjective = _DOOR_STATE[state]
+        article = "an" if adjective[0] in "aeiou" else "a"
+        return f"{article} {adjective} {color} door"
+    if obj_type == "lava":
+        return "lava"
+    return f"a {color} {obj_type}"
+
+
+def _offset(lateral: int, forward: int) -> str:
+    side = f"{_steps(abs(lateral))} {'left' if lateral < 0 else 'right'}" if lateral else ""
+    ahead = f"{_steps(forward)} forward" if forward else ""
+    return " and ".join(part for part in (side, ahead) if part)
+
+
+def describe_view(image: np.ndarray) -> list[str]:
+    """Describe minigrid's egocentric encoded view as BALROG-style text lines.
+
+    ``image`` is ``env.gen_obs()["image"]``: shape ``(V, V, 3)`` (V odd, 7 by default) indexed
+    ``[column, row]`` with the agent at ``(V // 2, V - 1)`` facing towards row 0; channels are
+    ``(OBJECT_IDX, COLOR_IDX, STATE)`` from ``minigrid.core.constants``; cells the agent cannot see are
+    ``unseen`` (type 0), and a carried object is encoded on the agent's own cell.
+
+    Returns:
+        The observation lines: nearest visible wall forward/left/right, then visible objects (nearest
+        first), then ``You carry ...``. Offsets are in grid steps, left/right before forward.
+
+    Raises:
+        ValueError: if ``image`` does not have shape ``(V, V, 3)`` with odd ``V >= 3``.
+    """
+    image = np.asarray(image)
+    if image.ndim != 3 or image.shape[2] != 3 or image.shape[0] != image.shape[1] or image.shape[0] % 2 == 0:
+        raise ValueError(f"expected an egocentric view of shape (V, V, 3) with odd V, got {image.shape}")
+    size = image.shape[0]
+    if size < 3:
+        raise ValueError(f"view size must be >= 3, got {size}")
+    cells = image.tolist()  # cells[col][row] = [type, color, state]
+    ax, ay = size // 2, size - 1
+    wall = 2  # OBJECT_TO_IDX["wall"]
+    unseen = 0
+
+    lines: list[str] = []
+    rays = (
+        ("forward", [(ax, ay - k) for k in range(1, ay + 1)]),
+        ("left", [(ax - k, ay) for k in range(1, ax + 1)]),
+        ("right", [(ax + k, ay) for k in range(1, size - ax)]),
+    )
+    for label, ray in rays:
+        for k, (col, row) in enumerate(ray, start=1):
+            obj_type = cells[col][row][0]
+            if obj_type == unseen:
+                break
+            if obj_type == wall:
+                lines.append(f"a wall {_steps(k)} {label}")
+                break
+
+    objects: list[tuple[int, int, int, str]] = []
+    for col in range(size):
+        for row in range(size):
+            if (col, row) == (ax, ay):
+                continue
+            type_idx, color_idx, state = cells[col][row]
+            if type_idx == wall or IDX_TO_OBJECT[type_idx] in _IGNORED_TYPES:
+                continue
+            lateral, forward = col - ax, ay - row
+            name = _object_name(type_idx, color_idx, state)
+            objects.append((abs(lateral) + forward, forward, lateral, f"{name} {_offset(lateral, forward)}"))
+    lines.extend(text for *_, text in sorted(objects))
+
+    carried_type, carried_color, carried_state = cells[ax][ay]
+    if IDX_TO_OBJECT[carried_type] not in _IGNORED_TYPES and carried_type != wall:
+        lines.append(f"You carry {_object_name(carried_type, carried_color, carried_state)}")
+    return lines
+
+
+def _render(image: np.ndarray) -> str:
+    lines = describe_view(image)
+    return "\n".join(lines) if lines else "You see nothing around you."
+
+
+def build_instruction(mission: str) -> str:
+    """The system prompt of one BabyAI episode (our own words, BALROG's content).
+
+    Args:
+        mission: minigrid's mission string, e.g. ``"go to the red ball"``.
+
+    Returns:
+        Text explaining the game, stating the mission, listing the actions and tips, and asking for a
+        final ``ACTION: <action>`` line.
+    """
+    actions = "\n".join(f"- {name}: {help_}" for name, help_ in _ACTION_HELP.items())
+    return (
+        "You are playing a simple navigation game in a grid world made of rooms, walls, doors and "
+        f"objects (balls, boxes and keys). Your goal is to {mission}.\n\n"
+        "Each turn you are told what you can see: an area 7 cells wide and 7 cells deep in front of you "
+        "(including your own row). Walls and closed doors block your view. Positions are relative to "
+        'you, e.g. "a red ball 2 steps left and 3 steps forward"; "a wall 1 step forward" means the '
+        "cell right in front of you is a wall.\n\n"
+        f"Actions:\n{actions}\n\n"
+        "Tips:\n"
+        "- To go to an object, stand next to it and face it (it must be 1 step forward).\n"
+        "- Pick up and toggle act on the object directly in front of you (1 step forward).\n"
+        "- Toggle is how you open a door.\n"
+        "- If an action does not change what you see, do not repeat it; try something else.\n\n"
+        "Think briefly if you want, then end your reply with one line of the form\n"
+        "ACTION: <action>\n"
+        "where <action> is exactly one of: " + ", ".join(BABYAI_ACTIONS) + "."
+    )
+
+
+class PickupThenGoToLocal(RoomGridLevel):
+    """Single-room level "pick up X, then go to Y" (BALROG's ``pick_up_seq_go_to`` task).
+
+    One ``room_size`` x ``room_size`` room (no doors) with ``num_dists`` random objects (keys, balls,
+    boxes; duplicates allowed, as in ``GoToLocal``), all reachable. Two objects with different
+    (type, colour) are drawn: X to pick up and Y to go to afterwards; the instruction is upstream's
+    ``BeforeInstr(PickupInstr(X), GoToInstr(Y))``, e.g. "pick up the blue key, then go to the red ball".
+    Upstream's step limit for it is 2 navigations x room_size**2 = 128 for an 8x8 room.
+
+    Raises:
+        ValueError: if ``num_dists < 2``.
+    """
+
+    def __init__(self, room_size: int = 8, num_dists: int = 8, **kwargs: Any) -> None:
+        if num_dists < 2:
+            raise ValueError(f"PickupThenGoToLocal needs num_dists >= 2 objects, got {num_dists}")
+        self.num_dists = num_dists
+        super().__init__(num_rows=1, num_cols=1, room_size=room_size, **kwargs)
+
+    def gen_mission(self) -> None:
+        """Place the agent and objects and build the sequenced instruction (upstream API)."""
+        self.place_agent()
+        objs = self.add_distractors(num_distractors=self.num_dists, all_unique=False)
+        self.check_objs_reachable()
+        to_pick = self._rand_elem(objs)
+        others = [o for o in objs if (o.type, o.color) != (to_pick.type, to_pick.color)]
+        if not others:
+            raise RejectSampling("all objects look alike: no distinct object to go to")
+        to_reach = self._rand_elem(others)
+        self.instrs = BeforeInstr(
+            PickupInstr(ObjDesc(to_pick.type, to_pick.color)),
+            GoToInstr(ObjDesc(to_reach.type, to_reach.color)),
+        )
+
+
+#: task -> (level: gymnasium id or level class, BALROG step limit).
+#: ``open`` uses ``BabyAI-OpenDoorColor-v0``: the agent starts in a room whose four walls each hold a
+#: closed door of a distinct colour and must open the one named by colour ("open the red door"). It is
+#: the closest registered single-room door-opening level: ``Open-v0`` spans 3x3 rooms with 18
+#: distractors, ``OpenRedDoor`` never varies the colour, ``OpenTwoDoors``/``OpenDoorsOrder*`` are
+#: sequences, and ``OpenDoorLoc``'s "the door on your left" refers to the agent's *starting* pose,
+#: which a text-only agent would have to remember; the colour is what our observations report.
+BABYAI_TASKS: dict[str, tuple[str | Callable[..., MiniGridEnv], int]] = {
+    "goto": ("BabyAI-GoToLocal-v0", 64),
+    "pickup": ("BabyAI-PickupLoc-v0", 64),
+    "open": ("BabyAI-OpenDoorColor-v0", 128),
+    "putnext": ("BabyAI-PutNextLocal-v0", 128),
+    "pick_up_seq_go_to": (PickupThenGoToLocal, 128),
+    "easy_goto": ("BabyAI-GoToRedBallNoDists-v0", 64),
+}
+
+
+def _build_level(level: str | Callable[..., MiniGridEnv], max_steps: int, kwargs: Mapping[str, Any]) -> MiniGridEnv:
+    """Instantiate the raw (unwrapped) minigrid level with a fixed ``max_steps``."""
+    name = level if isinstance(level, str) else getattr(level, "__name__", repr(level))
+    try:
+        if isinstance(level, str):
+            env = gymnasium.make(level, disable_env_checker=True, max_steps=max_steps, **kwargs).unwrapped
+        else:
+            env = level(max_steps=max_steps, **kwargs)
+    except gymnasium.error.Error as err:
+        raise ValueError(f"cannot make minigrid level {name!r}: {err}") from err
+    except TypeError as err:
+        raise TypeError(f"bad level_kwargs {dict(kwargs)!r} for minigrid level {name!r}: {err}") from err
+    if not isinstance(env, MiniGridEnv):
+        raise TypeError(f"level {name!r} is a {type(env).__name__}, not a minigrid MiniGridEnv")
+    return env
+
+
+class BabyAITextEnv(TextEnv):
+    """A BabyAI level as a text env (see the module docstring for the text conventions).
+
+    Args:
+        level: a gymnasium id of a minigrid level (e.g. ``"BabyAI-GoToLocal-v0"``) or a level class.
+        max_steps: step limit per episode; given to the minigrid level too (its reward uses it).
+        format_penalty: added to the reward of a step whose reply held no valid action (<= 0).
+        level_kwargs: extra constructor arguments of the level (e.g. ``{"num_dists": 0}``).
+
+    Attributes:
+        minigrid: the raw minigrid level (for inspection and hand-made test layouts).
+        rejected_layouts: how many layouts upstream rejection sampling discarded so far (upstream
+            prints "Sampling rejected: ..." for each; we silence the print and count them instead).
+
+    Raises:
+        ValueError: unknown level id, bad ``max_steps``/``format_penalty``, or ``max_steps`` inside
+            ``level_kwargs``.
+        TypeError: level kwargs the level does not accept.
+    """
+
+    def __init__(
+        self,
+        level: str | Callable[..., MiniGridEnv],
+        *,
+        max_steps: int,
+        format_penalty: float = 0.0,
+        level_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(max_steps=max_steps, format_penalty=format_penalty)
+        kwargs = dict(level_kwargs or {})
+        if "max_steps" in kwargs:
+            raise ValueError("pass max_steps as BabyAITextEnv's own argument, not inside level_kwargs")
+        self.minigrid: MiniGridEnv = _build_level(level, max_steps, kwargs)
+        self._mission: str | None = None
+        self._success = False
+        self.rejected_layouts = 0
+
+    # -------------------------------------------------------------- TextEnv properties
+    @property
+    def valid_actions(self) -> list[str]:
+        """``["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]``."""
+        return list(BABYAI_ACTIONS)
+
+    @property
+    def default_action(self) -> str:
+        """``"go forward"`` (BALROG's default for BabyAI)."""
+        return DEFAULT_ACTION
+
+    @property
+    def mission(self) -> str:
+        """minigrid's mission of the current episode. Raises RuntimeError before the first reset."""
+        if self._mission is None:
+            raise RuntimeError("no episode yet: call reset() first")
+        return self._mission
+
+    @property
+    def instruction(self) -> str:
+        """System prompt of the current episode (contains the mission). RuntimeError before reset."""
+        return build_instruction(self.mission)
+
+    @property
+    def progression(self) -> float:
+        """1.0 once any step of this episode had reward > 0, else 0.0."""
+        return 1.0 if self._success else 0.0
+
+    @property
+    def success(self) -> bool:
+        """Whether any step of this episode had reward > 0."""
+        return self._success
+
+    def describe(self) -> str:
+        """The text observation of the level's current state (no notice line)."""
+        return _render(self.minigrid.gen_obs()["image"])
+
+    # -------------------------------------------------------------- game
+    def _reset_game(self, seed: int | None) -> tuple[str, dict[str, Any]]:
+        # Upstream retries rejected layouts and prints "Sampling rejected: ..." each time; keep the
+        # retry, silence the print (counted and logged at debug level instead).
+        captured = io.StringIO()
+        with contextlib.redirect_stdout(captured):
+            obs, _ = self.minigrid.reset(seed=seed)
+        rejected = captured.getvalue().count("Sampling rejected")
+        if rejected:
+            self.rejected_layouts += rejected
+            logger.debug("minigrid rejected %d layouts before this episode", rejected)
+        if self.minigrid.max_steps != self.max_steps:
+            raise RuntimeError(
+                f"minigrid level uses max_steps={self.minigrid.max_steps}, expected {self.max_steps}"
+            )
+        self._mission = str(self.minigrid.mission)
+        self._success = False
+        return _render(obs["image"]), {"mission": self._mission}
+
+    def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, _ = self.minigrid.step(BABYAI_ACTIONS[action])
+        if reward > 0:
+            self._success = True
+        return _render(obs["image"]), float(reward), terminated, truncated, {"mission": self.mission}
+
+
+def make_babyai(
+    task: str,
+    *,
+    max_steps: int | None = None,
+    format_penalty: float = 0.0,
+    level_kwargs: Mapping[str, Any] | None = None,
+) -> BabyAITextEnv:
+    """Build the BabyAI task ``task`` (a key of :data:`BABYAI_TASKS`).
+
+    Args:
+        task: ``goto``, ``pickup``, ``open``, ``putnext``, ``pick_up_seq_go_to`` or ``easy_goto``.
+        max_steps: step limit; ``None`` uses BALROG's (64 or 128, see :data:`BABYAI_TASKS`).
+        format_penalty: see :class:`~verlog.envs.base.TextEnv`.
+        level_kwargs: extra constructor arguments of the minigrid level.
+
+    Raises:
+        ValueError: unknown task (the message lists the known ones), or bad arguments.
+    """
+    if task not in BABYAI_TASKS:
+        raise ValueError(f"unknown BabyAI task {task!r}; known tasks: {sorted(BABYAI_TASKS)}")
+    level, default_steps = BABYAI_TASKS[task]
+    return BabyAITextEnv(
+        level,
+        max_steps=default_steps if max_steps is None else max_steps,
+        format_penalty=format_penalty,
+        level_kwargs=level_kwargs,
+    )
+
+
+for _task in BABYAI_TASKS:
+    register(f"babyai/{_task}", functools.partial(make_babyai, _task))

@@ -1,0 +1,254 @@
+"""The text-environment contract: string observations in, the model's raw reply string out.
+
+:class:`TextEnv` implements ``reset``/``step`` once for every game. A game subclass supplies only the
+game itself (``_reset_game``/``_step_game`` plus a few properties); the base class parses the reply,
+substitutes the default action for an invalid reply (with a notice line and an optional format
+penalty), enforces the step limit, and fills ``info`` with the same keys at every step so that
+gymnasium's vector envs can merge infos into arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any
+
+import gymnasium
+from gymnasium import spaces
+
+from verlog.envs.parsing import extract_action
+
+__all__ = ["TextEnv", "TEXT_CHARSET", "OBS_MAX_CHARS", "REPLY_MAX_CHARS", "INFO_KEYS", "invalid_action_notice"]
+
+
+def _charset() -> str:
+    """Printable ASCII, tab/newline/CR, Latin-1 + Latin Extended-A/B, general punctuation, currency."""
+    ranges = [(0x20, 0x7E), (0xA0, 0x24F), (0x2000, 0x206F), (0x20A0, 0x20BF)]
+    chars = "\t\n\r" + "".join(chr(c) for lo, hi in ranges for c in range(lo, hi + 1))
+    return chars
+
+
+#: Characters that the observation/action :class:`gymnasium.spaces.Text` spaces contain. It covers
+#: English text, Western European letters and typographic punctuation (curly quotes, dashes, ellipsis)
+#: while staying small (~700 characters): gymnasium's ``Text`` builds per-character tables and vector
+#: envs deep-copy spaces, so a full-Unicode charset would cost ~0.5 s and ~20 MB per space. The spaces
+#: are descriptive only: :meth:`TextEnv.step` accepts ANY ``str`` reply (emoji, CJK ...).
+TEXT_CHARSET: str = _charset()
+#: Upper bound on an observation's length (characters) in ``observation_space``.
+OBS_MAX_CHARS: int = 8192
+#: Upper bound on a reply's length (characters) in ``action_space`` (longer replies are still accepted).
+REPLY_MAX_CHARS: int = 65536
+
+#: Keys present in ``info`` after ``reset`` and after every ``step`` (a subclass may add its own keys,
+#: but must return the same extra keys from ``_reset_game`` and every ``_step_game``).
+INFO_KEYS: tuple[str, ...] = (
+    "instruction",
+    "valid_actions",
+    "progression",
+    "success",
+    "episode_step",
+    "action",
+    "action_valid",
+    "game_reward",
+)
+
+
+def invalid_action_notice(executed: str) -> str:
+    """The one-line notice prepended to the observation after a reply with no valid action.
+
+    Args:
+        executed: the default action that was executed instead.
+
+    Returns:
+        A single line (no trailing newline).
+    """
+    return f'Your previous reply did not contain a valid action, so "{executed}" was executed instead.'
+
+
+class TextEnv(gymnasium.Env, ABC):
+    """Base class of every text game: ``reset() -> (str, info)``, ``step(reply: str) -> 5-tuple``.
+
+    Subclasses implement:
+
+    * ``_reset_game(seed: int | None) -> (obs: str, info: dict)``: start a new episode; ``seed`` is
+      ``None`` to continue the game's own RNG (gymnasium convention), an ``int`` to reproduce exactly.
+    * ``_step_game(action: str) -> (obs, reward, terminated, truncated, info)``: ``action`` is always one
+      of ``valid_actions``.
+    * properties ``valid_actions: list[str]``, ``default_action: str`` (executed for invalid replies),
+      ``instruction: str`` (system prompt of the current episode) and ``progression: float`` in [0, 1]
+      (the episode's progress so far). ``success: bool`` defaults to ``progression >= 1``.
+
+    ``step`` parses the reply with :func:`verlog.envs.parsing.extract_action`. If no valid action is
+    found, ``default_action`` is executed, the next observation starts with
+    :func:`invalid_action_notice` on its own line, and ``format_penalty`` is ADDED to the game reward.
+    After ``max_steps`` steps the episode is truncated (``truncated=True``) unless the game terminated on
+    that very step; ``terminated`` and ``truncated`` are never both true.
+
+    ``info`` always holds the keys of :data:`INFO_KEYS`: ``instruction`` (str), ``valid_actions``
+    (list[str]), ``progression`` (float), ``success`` (bool), ``episode_step`` (int, steps taken in this
+    episode), ``action`` (str executed; ``""`` at reset), ``action_valid`` (bool; ``True`` at reset),
+    ``game_reward`` (float, reward before the format penalty; ``0.0`` at reset).
+
+    Args:
+        max_steps: step limit per episode (positive int), or ``None`` for no limit from the base class.
+        format_penalty: finite float <= 0 added to the reward of a step whose reply held no valid action.
+
+    Raises:
+        ValueError / TypeError: for a bad ``max_steps`` or ``format_penalty``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, *, max_steps: int | None = None, format_penalty: float = 0.0) -> None:
+        if max_steps is not None:
+            if isinstance(max_steps, bool) or not isinstance(max_steps, int):
+                raise TypeError(f"max_steps must be an int or None, got {type(max_steps).__name__}")
+            if max_steps < 1:
+                raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if isinstance(format_penalty, bool) or not isinstance(format_penalty, (int, float)):
+            raise TypeError(f"format_penalty must be a float, got {type(format_penalty).__name__}")
+        if not math.isfinite(format_penalty) or format_penalty > 0:
+            raise ValueError(
+                "format_penalty must be a finite number <= 0 (it is added to the reward of a step whose "
+                f"reply held no valid action), got {format_penalty}"
+            )
+        self.max_steps: int | None = max_steps
+        self.format_penalty: float = float(format_penalty)
+        self.observation_space = spaces.Text(OBS_MAX_CHARS, min_length=0, charset=TEXT_CHARSET)
+        self.action_space = spaces.Text(REPLY_MAX_CHARS, min_length=0, charset=TEXT_CHARSET)
+        self._episode_step = 0
+        self._needs_reset = True
+        self._info_keys: frozenset[str] | None = None
+
+    # ------------------------------------------------------------------ to implement in a game
+    @abstractmethod
+    def _reset_game(self, seed: int | None) -> tuple[str, dict[str, Any]]:
+        """Start a new game episode; return the first observation and extra info."""
+
+    @abstractmethod
+    def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Execute one valid action; return ``(obs, reward, terminated, truncated, extra_info)``."""
+
+    @property
+    @abstractmethod
+    def valid_actions(self) -> list[str]:
+        """The canonical action strings of the game."""
+
+    @property
+    @abstractmethod
+    def default_action(self) -> str:
+        """The action executed when a reply holds no valid action."""
+
+    @property
+    @abstractmethod
+    def instruction(self) -> str:
+        """The system prompt of the current episode."""
+
+    @property
+    @abstractmethod
+    def progression(self) -> float:
+        """Progress of the current episode so far, in [0, 1]."""
+
+    @property
+    def success(self) -> bool:
+        """Whether the current episode has been solved; default ``progression >= 1``."""
+        return self.progression >= 1.0
+
+    @property
+    def episode_step(self) -> int:
+        """Steps taken in the current episode."""
+        return self._episode_step
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start a new episode.
+
+        Args:
+            seed: ``int`` for an exactly reproducible episode; ``None`` continues the env's own RNG.
+            options: unused; must be ``None`` or empty.
+
+        Returns:
+            ``(observation, info)``; ``info`` holds :data:`INFO_KEYS` with neutral step values.
+
+        Raises:
+            ValueError: if ``options`` is non-empty.
+            RuntimeError: if the game's observation is not a str or its info keys clash with ours.
+        """
+        if options:
+            raise ValueError(f"{type(self).__name__}.reset takes no options, got {options!r}")
+        super().reset(seed=seed)
+        obs, game_info = self._reset_game(seed)
+        if not isinstance(obs, str):
+            raise RuntimeError(f"{type(self).__name__}._reset_game returned a {type(obs).__name__}, not a str")
+        self._episode_step = 0
+        self._needs_reset = False
+        info = self._make_info(game_info, action="", action_valid=True, game_reward=0.0)
+        self._info_keys = frozenset(info)
+        return obs, info
+
+    def step(self, reply: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Parse ``reply``, execute the action (or the default one), return the 5-tuple.
+
+        Args:
+            reply: the model's raw reply text.
+
+        Returns:
+            ``(obs, reward, terminated, truncated, info)`` where ``reward = game_reward +
+            (format_penalty if the reply held no valid action else 0)``.
+
+        Raises:
+            TypeError: if ``reply`` is not a str.
+            RuntimeError: if called before ``reset`` or after the episode ended, or if the game breaks
+                the contract (non-str observation, changing info keys).
+        """
+        if not isinstance(reply, str):
+            raise TypeError(f"reply must be a str, got {type(reply).__name__}")
+        if self._needs_reset:
+            raise RuntimeError("step() called before reset() or after the episode ended; call reset() first")
+        valid_actions = self.valid_actions
+        action = extract_action(reply, valid_actions)
+        action_valid = action is not None
+        if action is None:
+            action = self.default_action
+            if action not in valid_actions:
+                raise RuntimeError(f"{type(self).__name__}.default_action {action!r} is not a valid action")
+        obs, game_reward, terminated, truncated, game_info = self._step_game(action)
+        if not isinstance(obs, str):
+            raise RuntimeError(f"{type(self).__name__}._step_game returned a {type(obs).__name__}, not a str")
+        self._episode_step += 1
+        terminated = bool(terminated)
+        truncated = bool(truncated) or (self.max_steps is not None and self._episode_step >= self.max_steps)
+        if terminated:
+            truncated = False  # a real end of the game on the last allowed step is a termination
+        game_reward = float(game_reward)
+        reward = game_reward if action_valid else game_reward + self.format_penalty
+        if not action_valid:
+            obs = invalid_action_notice(action) + "\n" + obs
+        self._needs_reset = terminated or truncated
+        info = self._make_info(game_info, action=action, action_valid=action_valid, game_reward=game_reward)
+        if frozenset(info) != self._info_keys:
+            raise RuntimeError(
+                f"{type(self).__name__} changed its info keys between reset and step: "
+                f"missing {sorted(self._info_keys - set(info))}, extra {sorted(set(info) - self._info_keys)}"
+            )
+        return obs, reward, terminated, truncated, info
+
+    def _make_info(self, game_info: dict[str, Any], *, action: str, action_valid: bool, game_reward: float) -> dict:
+        clash = set(game_info) & set(INFO_KEYS)
+        if clash:
+            raise RuntimeError(f"{type(self).__name__} game info must not set reserved keys {sorted(clash)}")
+        progression = float(self.progression)
+        if not 0.0 <= progression <= 1.0:
+            raise RuntimeError(f"{type(self).__name__}.progression must be in [0, 1], got {progression}")
+        info = dict(game_info)
+        info.update(
+            instruction=self.instruction,
+            valid_actions=list(self.valid_actions),
+            progression=progression,
+            success=bool(self.success),
+            episode_step=self._episode_step,
+            action=action,
+            action_valid=action_valid,
+            game_reward=game_reward,
+        )
+        return info

@@ -1,0 +1,145 @@
+"""Extract the chosen action from a model's raw reply.
+
+The rule, in order:
+
+1. **Marker.** Find the LAST action marker in the reply. A marker is the whole word ``action``
+   (any case, possibly wrapped in markdown ``*``/``_``/backticks) followed by ``:`` or ``=``, or by a
+   dash (``-``, en dash, em dash) that is followed by whitespace; BALROG's robust-agent tag
+   ``<|ACTION|>`` also counts. Examples: ``ACTION: turn left``, ``**Action**: turn left``,
+   ``Action - turn left``, ``action=turn_left``, ``<|ACTION|>turn left<|END|>``.
+   The action is the text right after that marker: leading decoration (spaces, quotes, backticks,
+   ``*``, brackets ...) is skipped, then the longest valid action whose *key* (see below) is a prefix
+   of the following text's key **and ends at a word boundary** wins. Trailing text is ignored, so
+   ``ACTION: turn left. Then I'll go forward`` gives ``turn left`` while ``ACTION: turn lefty`` and
+   ``ACTION: I will turn left`` give ``None``. If the last marker is not followed by a valid action the
+   result is ``None`` (earlier markers are not consulted: the last one is the model's final answer).
+2. **No marker.** The whole reply must be exactly one valid action up to normalisation (its key equals
+   an action's key), e.g. ``"Turn left."`` or ``` `go_forward` ```.
+
+The *key* of a text is its NFKC-normalised, case-folded alphanumeric characters only, so case,
+punctuation, underscores/hyphens vs spaces and missing spaces (``turnleft``) do not matter.
+
+Only a window of the text after the marker is examined (a few times the longest action's length), so
+the cost is linear in the reply length with a small constant. :func:`extract_action` never raises on
+any ``str`` reply; it raises only for a bad ``valid_actions`` argument (a programming error).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+from typing import Sequence
+
+__all__ = ["extract_action", "action_key"]
+
+# The word "action" (not part of a longer word), optional markdown closers, then ':' or '=',
+# or a dash followed by whitespace; or BALROG's "<|ACTION|>" tag.
+_MARKER = re.compile(
+    r"(?<![^\W_])action[*_`]*\s*(?:[:=]|[-\u2013\u2014](?=\s))|<\|action\|>",
+    re.IGNORECASE,
+)
+# Leading decoration after a marker: anything that is not a letter or digit.
+_LEADING_DECORATION = re.compile(r"[\W_]*")
+# How many characters after the decoration are examined, per character of the longest action.
+_WINDOW_FACTOR = 4
+_WINDOW_SLACK = 16
+
+
+def action_key(text: str) -> str:
+    """Return the matching key of ``text``: NFKC-normalised, case-folded, alphanumerics only.
+
+    Args:
+        text: any string.
+
+    Returns:
+        The key, e.g. ``action_key("Turn_Left!") == "turnleft"``.
+    """
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(ch for ch in folded if ch.isalnum())
+
+
+@lru_cache(maxsize=256)
+def _action_table(valid_actions: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...], int]:
+    """Map key -> canonical action; keys sorted longest first; longest key length.
+
+    Raises:
+        TypeError: if an action is not a ``str``.
+        ValueError: if the set is empty, an action has an empty key, or two actions share a key.
+    """
+    if not valid_actions:
+        raise ValueError("valid_actions is empty: there is nothing to match a reply against")
+    table: dict[str, str] = {}
+    for action in valid_actions:
+        if not isinstance(action, str):
+            raise TypeError(f"valid_actions must hold str, got {type(action).__name__}: {action!r}")
+        key = action_key(action)
+        if not key:
+            raise ValueError(f"valid action {action!r} has no letters or digits, so it cannot be matched")
+        if key in table and table[key] != action:
+            raise ValueError(
+                f"valid actions {table[key]!r} and {action!r} are indistinguishable after normalisation "
+                f"(both become {key!r})"
+            )
+        table[key] = action
+    keys = tuple(sorted(table, key=len, reverse=True))
+    return table, keys, len(keys[0])
+
+
+def _match_prefix(text: str, table: dict[str, str], keys: tuple[str, ...], max_len: int) -> str | None:
+    """Longest valid action whose key is a prefix of ``text``'s key and ends at a word boundary."""
+    start = _LEADING_DECORATION.match(text).end()
+    window = unicodedata.normalize("NFKC", text[start : start + _WINDOW_FACTOR * max_len + _WINDOW_SLACK])
+    # Build the key of the window, remembering after which window character each key character ends.
+    key_chars: list[str] = []
+    key_end: list[int] = []  # key_end[k] = index in `window` just after the char giving key char k
+    for idx, ch in enumerate(window):
+        for c in ch.casefold():
+            if c.isalnum():
+                key_chars.append(c)
+                key_end.append(idx + 1)
+        if len(key_chars) > max_len:
+            break
+    key = "".join(key_chars)
+    for candidate in keys:  # longest first
+        n = len(candidate)
+        if n <= len(key) and key.startswith(candidate):
+            end = key_end[n - 1]
+            if end >= len(window) or not window[end].isalnum():
+                return table[candidate]
+    return None
+
+
+def extract_action(reply: str, valid_actions: Sequence[str]) -> str | None:
+    """Return the canonical valid action chosen in ``reply``, or ``None`` if there is none.
+
+    See the module docstring for the exact rule (last ``ACTION:``-style marker, else a reply that is
+    exactly one action after normalisation).
+
+    Args:
+        reply: the model's raw reply; any ``str`` (empty, huge, binary, any unicode) is accepted.
+        valid_actions: the canonical action strings, e.g. ``["turn left", "go forward"]``.
+
+    Returns:
+        The element of ``valid_actions`` that was chosen, or ``None``.
+
+    Raises:
+        TypeError: if ``reply`` is not a ``str``, ``valid_actions`` is a bare ``str``, or an action is
+            not a ``str``.
+        ValueError: if ``valid_actions`` is empty or two actions are equal after normalisation.
+    """
+    if not isinstance(reply, str):
+        raise TypeError(f"reply must be a str, got {type(reply).__name__}")
+    if isinstance(valid_actions, str):
+        raise TypeError("valid_actions must be a sequence of action strings, not a single str")
+    table, keys, max_len = _action_table(tuple(valid_actions))
+    last = None
+    for last in _MARKER.finditer(reply):
+        pass
+    if last is not None:
+        return _match_prefix(reply[last.end() :], table, keys, max_len)
+    # No marker: the whole reply must be one action. Cheap length guard before normalising.
+    reply = reply.strip()
+    if len(reply) > _WINDOW_FACTOR * max_len + _WINDOW_SLACK:
+        return None
+    return table.get(action_key(reply))

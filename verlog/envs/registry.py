@@ -1,0 +1,73 @@
+"""Name -> factory registry of text environments (``make_env("babyai/goto", max_steps=32)``).
+
+BabyAI tasks are registered when :mod:`verlog.envs` is imported.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from verlog.envs.base import TextEnv
+
+__all__ = ["register", "make_env", "list_envs"]
+
+_FACTORIES: dict[str, Callable[..., TextEnv]] = {}
+
+
+def register(name: str, factory: Callable[..., TextEnv], *, replace: bool = False) -> None:
+    """Register ``factory`` (called with the keyword arguments of :func:`make_env`) under ``name``.
+
+    Args:
+        name: non-empty name without surrounding whitespace, conventionally ``"<game>/<task>"``.
+        factory: callable returning a :class:`~verlog.envs.base.TextEnv`.
+        replace: allow overwriting an existing registration.
+
+    Raises:
+        TypeError: ``name`` is not a str or ``factory`` is not callable.
+        ValueError: empty/whitespace-padded name, or ``name`` already registered and not ``replace``.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"env name must be a str, got {type(name).__name__}")
+    if not name or name != name.strip():
+        raise ValueError(f"env name must be non-empty without surrounding whitespace, got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"factory for {name!r} must be callable, got {type(factory).__name__}")
+    if name in _FACTORIES and not replace:
+        raise ValueError(f"environment {name!r} is already registered (pass replace=True to overwrite)")
+    _FACTORIES[name] = factory
+
+
+def list_envs() -> list[str]:
+    """Sorted names of all registered environments."""
+    return sorted(_FACTORIES)
+
+
+def make_env(name: str, **kwargs: Any) -> TextEnv:
+    """Build the registered environment ``name`` with keyword arguments ``kwargs``.
+
+    Raises:
+        ValueError: unknown ``name`` (the message lists the known names).
+        TypeError: arguments the factory does not accept (the message lists the accepted ones), or a
+            factory that does not return a ``TextEnv``.
+    """
+    try:
+        factory = _FACTORIES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown environment {name!r}; known environments: {list_envs()}") from None
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # builtins without a signature: let the call decide
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(**kwargs)
+        except TypeError as err:
+            accepted = [
+                n for n, p in signature.parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+            ]
+            raise TypeError(f"bad arguments for environment {name!r}: {err}; accepted: {accepted}") from None
+    env = factory(**kwargs)
+    if not isinstance(env, TextEnv):
+        raise TypeError(f"factory of {name!r} returned a {type(env).__name__}, not a TextEnv")
+    return env

@@ -1,0 +1,212 @@
+"""Vectorised text envs on gymnasium's own ``SyncVectorEnv`` / ``AsyncVectorEnv``.
+
+The vector env autoresets in gymnasium's ``SAME_STEP`` mode: when env ``i`` ends (terminated or
+truncated), the observation returned for it is already the first one of its next episode, its top-level
+info entries are the new episode's reset info, and the last observation/info of the finished episode
+are kept in the infos. ``terminated``/``truncated``/``reward`` are those of the finishing step. Use
+:func:`split_infos`, :func:`final_observations` and :func:`final_infos` instead of gymnasium's
+internal key names (``final_obs``, ``final_info``, ``_<key>`` masks).
+
+Seeding: ``reset(seed=s)`` seeds env ``i`` with ``s + i`` (gymnasium's rule); the vector env returned
+by :func:`make_vector_env` uses its ``seed`` argument for the first reset if none is given, and later
+episodes continue each env's own RNG, so a run is reproducible from ``seed`` alone.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
+
+from verlog.envs.registry import list_envs, make_env
+
+__all__ = ["TextVectorEnv", "make_vector_env", "split_infos", "final_observations", "final_infos"]
+
+_FINAL_OBS = "final_obs"
+_FINAL_INFO = "final_info"
+
+
+class TextVectorEnv(VectorWrapper):
+    """Thin wrapper of a gymnasium vector env of :class:`~verlog.envs.base.TextEnv` s.
+
+    It (1) uses ``seed`` for the first ``reset`` when the caller gives none and (2) checks that
+    ``step`` gets one reply ``str`` per env (a list, tuple or 1-D array of N strings).
+
+    Args:
+        env: a ``SyncVectorEnv``/``AsyncVectorEnv`` in ``SAME_STEP`` autoreset mode.
+        seed: base seed of the first reset (env ``i`` gets ``seed + i``); kept as ``base_seed``.
+    """
+
+    def __init__(self, env: VectorEnv, seed: int) -> None:
+        super().__init__(env)
+        self.base_seed = seed
+        self._has_reset = False
+
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+        """Reset every env; ``seed=None`` on the first call means the constructor's ``seed``.
+
+        Returns:
+            ``(observations, infos)``: a tuple of N str and gymnasium's dict-of-arrays infos.
+        """
+        if seed is None and not self._has_reset:
+            seed = self.base_seed
+        self._has_reset = True
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, actions: Sequence[str]):
+        """Step every env with one reply string each.
+
+        Args:
+            actions: N reply strings (list, tuple or 1-D numpy array).
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)``: tuple of N str, float array
+            ``(N,)``, bool arrays ``(N,)``, dict-of-arrays infos (see :func:`split_infos`).
+
+        Raises:
+            TypeError: not a sequence of str. ValueError: wrong number of replies.
+            RuntimeError: ``step`` before ``reset``.
+        """
+        if not self._has_reset:
+            raise RuntimeError("step() called before reset()")
+        if isinstance(actions, str) or not isinstance(actions, (list, tuple, np.ndarray)):
+            raise TypeError(f"actions must be a list/tuple of {self.num_envs} str, got {type(actions).__name__}")
+        actions = tuple(actions)
+        if len(actions) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} replies (one per env), got {len(actions)}")
+        for i, reply in enumerate(actions):
+            if not isinstance(reply, str):
+                raise TypeError(f"reply {i} must be a str, got {type(reply).__name__}")
+        return self.env.step(actions)
+
+
+def make_vector_env(
+    name: str,
+    num_envs: int,
+    *,
+    seed: int,
+    mode: str = "async",
+    env_kwargs: dict[str, Any] | None = None,
+    context: str | None = None,
+) -> TextVectorEnv:
+    """Build ``num_envs`` copies of the registered text env ``name`` as one gymnasium vector env.
+
+    Args:
+        name: a registered env name, e.g. ``"babyai/goto"``.
+        num_envs: number of envs N (>= 1).
+        seed: non-negative base seed; the first reset seeds env ``i`` with ``seed + i``.
+        mode: ``"async"`` (one subprocess per env, ``shared_memory=False`` because observations are
+            variable-length strings) or ``"sync"`` (all in this process).
+        env_kwargs: keyword arguments of :func:`~verlog.envs.registry.make_env`.
+        context: multiprocessing start method for ``"async"`` (``None``: gymnasium's default, i.e. fork
+            on Linux; ``"spawn"``/``"forkserver"`` need picklable ``env_kwargs`` and an env registered
+            on import of its module).
+
+    Returns:
+        A :class:`TextVectorEnv` (a gymnasium ``VectorEnv``) in ``SAME_STEP`` autoreset mode.
+
+    Raises:
+        ValueError: unknown name, bad ``num_envs``/``seed``/``mode``. TypeError: bad argument types or
+            ``env_kwargs`` the env does not accept (raised while building the first env).
+    """
+    if name not in list_envs():
+        raise ValueError(f"unknown environment {name!r}; known environments: {list_envs()}")
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if env_kwargs is not None and not isinstance(env_kwargs, dict):
+        raise TypeError(f"env_kwargs must be a dict or None, got {type(env_kwargs).__name__}")
+    env_fns = [functools.partial(make_env, name, **(env_kwargs or {})) for _ in range(num_envs)]
+    if mode == "sync":
+        vec: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    elif mode == "async":
+        # AsyncVectorEnv builds env_fns[0]() in this process first, so bad env_kwargs fail here.
+        vec = AsyncVectorEnv(env_fns, shared_memory=False, autoreset_mode=AutoresetMode.SAME_STEP, context=context)
+    else:
+        raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
+    return TextVectorEnv(vec, int(seed))
+
+
+def _num_envs(infos: dict[str, Any], num_envs: int | None) -> int:
+    if num_envs is not None:
+        return num_envs
+    for key, value in infos.items():
+        if key.startswith("_") and isinstance(value, np.ndarray):
+            return len(value)
+    raise ValueError("cannot infer num_envs from empty infos; pass num_envs")
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _split(infos: dict[str, Any], num_envs: int, skip: tuple[str, ...]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+    for key, value in infos.items():
+        if key.startswith("_") or key in skip:
+            continue
+        mask = infos.get(f"_{key}")
+        if mask is None or len(mask) != num_envs:
+            raise ValueError(f"infos key {key!r} has no mask of length {num_envs}: not gymnasium vector infos?")
+        nested = _split(value, num_envs, ()) if isinstance(value, dict) else None
+        for i in np.flatnonzero(mask):
+            out[i][key] = nested[i] if nested is not None else _plain(value[i])
+    return out
+
+
+def split_infos(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
+    """Turn gymnasium's dict-of-arrays vector infos into one plain dict per env.
+
+    Entries an env did not report are absent from its dict; numpy scalars become Python scalars. The
+    final observation/info of episodes that just ended are NOT included: use :func:`final_observations`
+    and :func:`final_infos`. For an env that just autoreset, the dict is its new episode's reset info.
+
+    Args:
+        infos: the ``infos`` returned by the vector env's ``reset``/``step``.
+        num_envs: N.
+
+    Returns:
+        A list of N dicts.
+
+    Raises:
+        ValueError: a key without a matching ``_key`` mask of length N.
+    """
+    return _split(infos, num_envs, skip=(_FINAL_OBS, _FINAL_INFO))
+
+
+def final_observations(infos: dict[str, Any], num_envs: int | None = None) -> list[str | None]:
+    """Last observation of each env whose episode ended on this step, else ``None``.
+
+    Args:
+        infos: the ``infos`` of a vector ``step``.
+        num_envs: N; inferred from the infos' masks when ``None``.
+
+    Returns:
+        A list of N entries.
+    """
+    n = _num_envs(infos, num_envs)
+    if _FINAL_OBS not in infos:
+        return [None] * n
+    mask = infos[f"_{_FINAL_OBS}"]
+    return [infos[_FINAL_OBS][i] if mask[i] else None for i in range(n)]
+
+
+def final_infos(infos: dict[str, Any], num_envs: int | None = None) -> list[dict[str, Any] | None]:
+    """Last info (plain dict) of each env whose episode ended on this step, else ``None``.
+
+    Args:
+        infos: the ``infos`` of a vector ``step``.
+        num_envs: N; inferred from the infos' masks when ``None``.
+
+    Returns:
+        A list of N entries.
+    """
+    n = _num_envs(infos, num_envs)
+    if _FINAL_INFO not in infos:
+        return [None] * n
+    mask = infos[f"_{_FINAL_INFO}"]
+    per_env = _split(infos[_FINAL_INFO], n, skip=())
+    return [per_env[i] if mask[i] else None for i in range(n)]
