@@ -1,0 +1,286 @@
+"""PPO token-level losses on hand-worked numbers and against straightforward references."""
+
+import math
+
+import pytest
+import torch
+
+from verlog.algos.losses import (
+    entropy_bonus,
+    entropy_from_logits,
+    kl_penalty,
+    logprobs_from_logits,
+    masked_mean,
+    ppo_policy_loss,
+    value_loss,
+)
+
+torch.set_num_threads(1)
+F64 = torch.float64
+
+
+# --------------------------------------------------------------------------------------
+# logprobs / entropy
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("chunk_rows", [1, 5, 1024])
+def test_logprobs_match_log_softmax_gather(chunk_rows):
+    gen = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(3, 7, 11, generator=gen, dtype=F64)).requires_grad_(True)
+    labels = torch.randint(0, 11, (3, 7), generator=gen)
+    out = logprobs_from_logits(logits, labels, chunk_rows=chunk_rows)
+    ref = torch.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    (g,) = torch.autograd.grad(out.sum(), logits)
+    (g_ref,) = torch.autograd.grad(ref.sum(), logits)
+    torch.testing.assert_close(g, g_ref, atol=1e-12, rtol=0)
+
+
+def test_logprobs_hand_numbers_and_bf16_upcast():
+    # logits [0, ln 3]: softmax = [1/4, 3/4]
+    logits = torch.tensor([[[0.0, math.log(3.0)]]])
+    out = logprobs_from_logits(logits, torch.tensor([[1]]))
+    assert out.item() == pytest.approx(math.log(0.75), abs=1e-6)
+    out_bf16 = logprobs_from_logits(logits.to(torch.bfloat16), torch.tensor([[0]]))
+    assert out_bf16.dtype == torch.float32
+    assert out_bf16.item() == pytest.approx(math.log(0.25), abs=1e-2)  # bf16 rounding of ln 3
+
+
+def test_logprobs_bad_labels_raise():
+    logits = torch.zeros(2, 3, 5)
+    with pytest.raises(ValueError, match=r"labels must be token ids in \[0, 5\)"):
+        logprobs_from_logits(logits, torch.full((2, 3), 5))
+    with pytest.raises(ValueError, match="labels must have shape"):
+        logprobs_from_logits(logits, torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(TypeError, match="labels must be an int64"):
+        logprobs_from_logits(logits, torch.zeros(2, 3, dtype=torch.int32))
+
+
+def test_entropy_matches_reference_and_limits():
+    gen = torch.Generator().manual_seed(1)
+    logits = 2 * torch.randn(4, 5, 9, generator=gen, dtype=F64)
+    ref = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+    torch.testing.assert_close(entropy_from_logits(logits, chunk_rows=3), ref, atol=1e-12, rtol=0)
+    # uniform over V = 8 -> ln 8; (almost) deterministic -> 0
+    assert entropy_from_logits(torch.zeros(1, 1, 8)).item() == pytest.approx(math.log(8), abs=1e-6)
+    peaked = torch.tensor([[[100.0, 0.0, 0.0]]])
+    assert entropy_from_logits(peaked).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_entropy_bonus_is_masked_mean_of_entropy():
+    logits = torch.stack([torch.zeros(4), torch.tensor([100.0, 0, 0, 0]), torch.zeros(4)]).reshape(1, 3, 4)
+    mask = torch.tensor([[True, True, False]])
+    # (ln 4 + 0) / 2
+    assert entropy_bonus(logits, mask).item() == pytest.approx(math.log(4) / 2, abs=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# masked_mean
+# --------------------------------------------------------------------------------------
+def test_masked_mean_ignores_masked_entries_even_nan():
+    x = torch.tensor([[1.0, 2.0, math.nan], [3.0, math.inf, 5.0]])
+    mask = torch.tensor([[True, True, False], [True, False, True]])
+    assert masked_mean(x, mask).item() == pytest.approx((1 + 2 + 3 + 5) / 4)
+    torch.testing.assert_close(masked_mean(x, mask, dim=1), torch.tensor([1.5, 4.0]))
+
+
+def test_masked_mean_bad_input_raises():
+    with pytest.raises(ValueError, match="no valid entry"):
+        masked_mean(torch.ones(3), torch.zeros(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="no valid entry in some slice along dim 1"):
+        masked_mean(torch.ones(2, 2), torch.tensor([[True, True], [False, False]]), dim=1)
+    with pytest.raises(TypeError, match="mask must be a bool"):
+        masked_mean(torch.ones(3), torch.ones(3))
+    with pytest.raises(ValueError, match="has shape"):
+        masked_mean(torch.ones(3), torch.ones(4, dtype=torch.bool))
+
+
+# --------------------------------------------------------------------------------------
+# PPO policy loss, hand-worked
+# Tokens (ratio, A):  a (1.5, +1)  clipped above: max(-1.5, -1.2)      = -1.2
+#                     b (0.5, -1)  clipped below: max(0.5, 0.8)        =  0.8
+#                     c (1.1, +2)  inside range:  max(-2.2, -2.2)      = -2.2
+#                     d (5.0, -1)  unclipped max(5, 1.2) = 5; dual clip c=3 bounds it at -3*A = 3
+#                     e (masked, garbage)
+# token-mean with dual clip: (-1.2 + 0.8 - 2.2 + 3) / 4 = 0.1; without: (-1.2+0.8-2.2+5)/4 = 0.6
+# --------------------------------------------------------------------------------------
+RATIOS = [1.5, 0.5, 1.1, 5.0, 1e3]
+ADVS = [1.0, -1.0, 2.0, -1.0, 7.0]
+MASK = torch.tensor([[True, True, True, True, False]])
+
+
+def _policy_inputs():
+    old = torch.tensor([[-1.0, -2.0, -0.5, -3.0, -1.0]], dtype=F64)
+    new = (old + torch.log(torch.tensor([RATIOS], dtype=F64))).requires_grad_(True)
+    return new, old, torch.tensor([ADVS], dtype=F64)
+
+
+def test_ppo_policy_loss_hand_worked_with_dual_clip():
+    new, old, adv = _policy_inputs()
+    loss, m = ppo_policy_loss(new, old, adv, MASK, clip_low=0.2, clip_high=0.2, dual_clip=3.0)
+    assert loss.item() == pytest.approx(0.1)
+    assert m["clip_fraction"] == pytest.approx(2 / 4)  # a and b
+    assert m["dual_clip_fraction"] == pytest.approx(1 / 4)  # d
+    assert m["ratio_mean"] == pytest.approx((1.5 + 0.5 + 1.1 + 5.0) / 4)
+    assert m["ratio_max"] == pytest.approx(5.0) and m["ratio_min"] == pytest.approx(0.5)
+    k3 = [(r - 1) - math.log(r) for r in RATIOS[:4]]
+    assert m["approx_kl"] == pytest.approx(sum(k3) / 4)
+    # gradient d loss / d logprob = -A * ratio / 4 on the unclipped token c, zero on clipped a, b, d
+    (grad,) = torch.autograd.grad(loss, new)
+    expected = torch.tensor([[0.0, 0.0, -2.0 * 1.1 / 4, 0.0, 0.0]], dtype=F64)
+    torch.testing.assert_close(grad, expected, atol=1e-12, rtol=0)
+
+
+def test_ppo_policy_loss_without_dual_clip_and_asymmetric_range():
+    new, old, adv = _policy_inputs()
+    loss, m = ppo_policy_loss(new, old, adv, MASK, dual_clip=None)
+    assert loss.item() == pytest.approx(0.6)
+    assert m["dual_clip_fraction"] == 0.0
+    # clip_high = 0.28: token a becomes -1.28 -> (-1.28 + 0.8 - 2.2 + 3) / 4 = 0.08
+    loss, _ = ppo_policy_loss(new, old, adv, MASK, clip_low=0.2, clip_high=0.28)
+    assert loss.item() == pytest.approx(0.08)
+    # clip_low = 0.3: token b becomes 0.7 -> (-1.2 + 0.7 - 2.2 + 3) / 4 = 0.075
+    loss, _ = ppo_policy_loss(new, old, adv, MASK, clip_low=0.3, clip_high=0.2)
+    assert loss.item() == pytest.approx(0.075)
+
+
+def test_ppo_policy_loss_on_policy_is_minus_mean_advantage():
+    old = torch.randn(2, 6, dtype=F64)
+    adv = torch.randn(2, 6, dtype=F64)
+    mask = torch.rand(2, 6) < 0.7
+    mask[0, 0] = True
+    loss, m = ppo_policy_loss(old.clone(), old, adv, mask)
+    assert loss.item() == pytest.approx(-adv[mask].mean().item())
+    assert m["clip_fraction"] == 0.0 and m["approx_kl"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_micro_batch_sums_equal_full_token_mean():
+    gen = torch.Generator().manual_seed(4)
+    B, S = 6, 9
+    old = torch.randn(B, S, generator=gen, dtype=F64)
+    new = (old + 0.3 * torch.randn(B, S, generator=gen, dtype=F64)).requires_grad_(True)
+    adv = torch.randn(B, S, generator=gen, dtype=F64)
+    vals = torch.randn(B, S, generator=gen, dtype=F64).requires_grad_(True)
+    old_vals = vals.detach() + 0.3 * torch.randn(B, S, generator=gen, dtype=F64)
+    rets = torch.randn(B, S, generator=gen, dtype=F64)
+    lengths = torch.tensor([1, 9, 4, 2, 7, 3])  # very uneven micro-batches
+    mask = torch.arange(S) < lengths.unsqueeze(-1)
+
+    full_pg, _ = ppo_policy_loss(new, old, adv, mask)
+    full_v, _ = value_loss(vals, old_vals, rets, mask)
+    g_full = torch.autograd.grad(full_pg + full_v, (new, vals))
+
+    n_tokens = float(mask.sum())
+    total = 0.0
+    for rows in (slice(0, 1), slice(1, 4), slice(4, 6)):
+        pg, _ = ppo_policy_loss(new[rows], old[rows], adv[rows], mask[rows], loss_normalizer=n_tokens)
+        v, _ = value_loss(vals[rows], old_vals[rows], rets[rows], mask[rows], loss_normalizer=n_tokens)
+        total = total + pg + v
+    g_micro = torch.autograd.grad(total, (new, vals))
+    assert total.item() == pytest.approx((full_pg + full_v).item(), abs=1e-12)
+    for a, b in zip(g_micro, g_full):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    # a per-micro-batch token-mean would NOT match (uneven token counts)
+    naive = sum(
+        ppo_policy_loss(new[r], old[r], adv[r], mask[r])[0].item() / 3
+        for r in (slice(0, 1), slice(1, 4), slice(4, 6))
+    )
+    assert abs(naive - full_pg.item()) > 1e-3
+
+
+def test_garbage_outside_mask_never_reaches_loss_or_gradients():
+    gen = torch.Generator().manual_seed(6)
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    garbage = torch.where(mask, torch.zeros(2, 3, dtype=F64), torch.tensor([[0, 0, math.nan], [0, math.inf, -math.inf]], dtype=F64))
+    new = (torch.randn(2, 3, generator=gen, dtype=F64) + garbage).requires_grad_(True)
+    vals = (torch.randn(2, 3, generator=gen, dtype=F64) + garbage).requires_grad_(True)
+    others = [torch.randn(2, 3, generator=gen, dtype=F64) + garbage for _ in range(4)]
+    pg, m = ppo_policy_loss(new, others[0], others[1], mask)
+    vl, _ = value_loss(vals, others[2], others[3], mask)
+    g_new, g_vals = torch.autograd.grad(pg + vl, (new, vals))
+    assert math.isfinite(pg.item()) and math.isfinite(vl.item()) and math.isfinite(m["approx_kl"])
+    assert torch.isfinite(g_new).all() and torch.isfinite(g_vals).all()
+    assert (g_new[~mask] == 0).all() and (g_vals[~mask] == 0).all()
+
+
+def test_policy_loss_bad_input_raises():
+    new, old, adv = _policy_inputs()
+    with pytest.raises(ValueError, match="has shape"):
+        ppo_policy_loss(new, old[:, :3], adv, MASK)
+    with pytest.raises(ValueError, match="dual_clip must be > 1"):
+        ppo_policy_loss(new, old, adv, MASK, dual_clip=0.5)
+    with pytest.raises(ValueError, match="clip_low must be in"):
+        ppo_policy_loss(new, old, adv, MASK, clip_low=1.0)
+    with pytest.raises(ValueError, match="loss_normalizer must be > 0"):
+        ppo_policy_loss(new, old, adv, MASK, loss_normalizer=0.0)
+    with pytest.raises(ValueError, match="no valid token"):
+        ppo_policy_loss(new, old, adv, torch.zeros_like(MASK))
+    with pytest.raises(TypeError, match="mask must be a bool"):
+        ppo_policy_loss(new, old, adv, MASK.float())
+
+
+# --------------------------------------------------------------------------------------
+# Value loss, hand-worked (eps = 0.2, old values all 0.5)
+#   v=1.0, R=2:  (1-2)^2 = 1;   clip(1.0 -> 0.7): (0.7-2)^2 = 1.69   -> 1.69 (clip active)
+#   v=0.0, R=0:  0;             clip(0.0 -> 0.3): 0.09               -> 0.09 (clip active)
+#   v=0.5, R=-1: 2.25;          clip(0.5 -> 0.5): 2.25               -> 2.25
+#   loss = 0.5 * (1.69 + 0.09 + 2.25) / 3 = 0.671666..., clip fraction 2/3
+#   unclipped: 0.5 * (1 + 0 + 2.25) / 3 = 0.541666...
+# --------------------------------------------------------------------------------------
+def test_value_loss_hand_worked():
+    v = torch.tensor([[1.0, 0.0, 0.5, 9.0]], dtype=F64)
+    old = torch.full((1, 4), 0.5, dtype=F64)
+    ret = torch.tensor([[2.0, 0.0, -1.0, -9.0]], dtype=F64)
+    mask = torch.tensor([[True, True, True, False]])
+    loss, m = value_loss(v, old, ret, mask, clip_range=0.2)
+    assert loss.item() == pytest.approx(0.5 * 4.03 / 3)
+    assert m["value_clip_fraction"] == pytest.approx(2 / 3)
+    assert m["value_error"] == pytest.approx(3.25 / 3)
+    loss, m = value_loss(v, old, ret, mask, clip_range=None)
+    assert loss.item() == pytest.approx(0.5 * 3.25 / 3)
+    assert m["value_clip_fraction"] == 0.0
+
+
+def test_value_loss_bad_clip_range_raises():
+    x = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="clip_range must be >= 0"):
+        value_loss(x, x, x, torch.ones(1, 2, dtype=torch.bool), clip_range=-0.1)
+
+
+# --------------------------------------------------------------------------------------
+# KL penalties
+# logp = [-1, -2], ref = [-1.5, -1]  ->  log r = ref - logp = [-0.5, 1]
+#   k1 = -log r = [0.5, -1];  k2 = 0.5 (log r)^2 = [0.125, 0.5]
+#   k3 = e^{log r} - 1 - log r = [e^-0.5 - 0.5, e - 2]
+# --------------------------------------------------------------------------------------
+def test_kl_penalty_hand_worked():
+    logp = torch.tensor([-1.0, -2.0], dtype=F64)
+    ref = torch.tensor([-1.5, -1.0], dtype=F64)
+    torch.testing.assert_close(kl_penalty(logp, ref, "k1"), torch.tensor([0.5, -1.0], dtype=F64))
+    torch.testing.assert_close(kl_penalty(logp, ref, "k2"), torch.tensor([0.125, 0.5], dtype=F64))
+    k3 = torch.tensor([math.exp(-0.5) - 0.5, math.e - 2.0], dtype=F64)
+    torch.testing.assert_close(kl_penalty(logp, ref, "k3"), k3)
+
+
+def test_kl_k3_is_clamped_and_finite():
+    out = kl_penalty(torch.tensor([-60.0, 0.0]), torch.tensor([0.0, -60.0]), "k3")
+    # log r = +60 would give e^60; clamped to 10 nats. log r = -60 gives 60 - 1 (> 10) -> 10.
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, torch.tensor([10.0, 10.0]))
+
+
+def test_kl_estimators_are_unbiased_for_kl_pi_ref():
+    # Monte-Carlo over a 4-way categorical: E_pi[k1] = E_pi[k3] = KL(pi || ref).
+    gen = torch.Generator().manual_seed(8)
+    pi = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=F64)
+    ref = torch.tensor([0.25, 0.25, 0.25, 0.25], dtype=F64)
+    true_kl = float((pi * (pi / ref).log()).sum())
+    samples = torch.multinomial(pi, 200_000, replacement=True, generator=gen)
+    logp, logref = pi.log()[samples], ref.log()[samples]
+    assert kl_penalty(logp, logref, "k1").mean().item() == pytest.approx(true_kl, abs=5e-3)
+    assert kl_penalty(logp, logref, "k3").mean().item() == pytest.approx(true_kl, abs=5e-3)
+    assert (kl_penalty(logp, logref, "k3") >= 0).all() and (kl_penalty(logp, logref, "k2") >= 0).all()
+
+
+def test_kl_bad_kind_raises():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        kl_penalty(torch.zeros(2), torch.zeros(2), "k4")
