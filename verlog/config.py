@@ -70,6 +70,16 @@ class EnvConfig:
     vector_mode: str = _f("async", "gymnasium vector env: async (subprocesses) or sync")
     format_penalty: float = _f(-0.1, "added to the reward of a step whose reply was not a valid action")
     max_steps: Optional[int] = _f(None, "episode step limit (None: BALROG's limit for the task)")
+    instruction_style: str = _f("full", "system prompt: full (BALROG's) or brief (mission + actions; for tiny models)")
+
+    def env_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`verlog.envs.make_env` for this config (defaults left out)."""
+        kwargs: dict[str, Any] = {"format_penalty": self.format_penalty}
+        if self.max_steps is not None:
+            kwargs["max_steps"] = self.max_steps
+        if self.instruction_style != "full":
+            kwargs["instruction_style"] = self.instruction_style
+        return kwargs
 
 
 @dataclass
@@ -198,6 +208,7 @@ class TrainConfig:
 _CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
     "env.vector_mode": ("async", "sync"),
+    "env.instruction_style": ("full", "brief"),
     "rollout.engine": ("hf", "vllm"),
     "ppo.kl_kind": ("k1", "k2", "k3"),
     "logging.wandb_mode": ("offline", "online", "disabled"),

@@ -46,6 +46,7 @@ __all__ = [
     "BabyAITextEnv",
     "PickupThenGoToLocal",
     "build_instruction",
+    "build_brief_instruction",
     "describe_view",
     "make_babyai",
 ]
@@ -192,6 +193,19 @@ def build_instruction(mission: str) -> str:
     )
 
 
+def build_brief_instruction(mission: str) -> str:
+    """A short system prompt: the mission, the actions and the reply format, nothing else.
+
+    Meant for small models trained from scratch (the tiny CPU recipe), where BALROG's full
+    instruction would be ~90% of every prompt's tokens while carrying no information the policy
+    can use; language-model agents should use :func:`build_instruction`.
+    """
+    return f"Your goal is to {mission}. Actions: {', '.join(BABYAI_ACTIONS)}. Reply with ACTION: <action>."
+
+
+INSTRUCTION_STYLES = {"full": build_instruction, "brief": build_brief_instruction}
+
+
 class PickupThenGoToLocal(RoomGridLevel):
     """Single-room level "pick up X, then go to Y" (BALROG's ``pick_up_seq_go_to`` task).
 
@@ -269,6 +283,8 @@ class BabyAITextEnv(TextEnv):
         max_steps: step limit per episode; given to the minigrid level too (its reward uses it).
         format_penalty: added to the reward of a step whose reply held no valid action (<= 0).
         level_kwargs: extra constructor arguments of the level (e.g. ``{"num_dists": 0}``).
+        instruction_style: ``"full"`` (BALROG's content, the default) or ``"brief"`` (mission, actions
+            and reply format only; see :func:`build_brief_instruction`).
 
     Attributes:
         minigrid: the raw minigrid level (for inspection and hand-made test layouts).
@@ -288,8 +304,12 @@ class BabyAITextEnv(TextEnv):
         max_steps: int,
         format_penalty: float = 0.0,
         level_kwargs: Mapping[str, Any] | None = None,
+        instruction_style: str = "full",
     ) -> None:
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
+        if instruction_style not in INSTRUCTION_STYLES:
+            raise ValueError(f"instruction_style must be one of {sorted(INSTRUCTION_STYLES)}, got {instruction_style!r}")
+        self._build_instruction = INSTRUCTION_STYLES[instruction_style]
         kwargs = dict(level_kwargs or {})
         if "max_steps" in kwargs:
             raise ValueError("pass max_steps as BabyAITextEnv's own argument, not inside level_kwargs")
@@ -319,7 +339,7 @@ class BabyAITextEnv(TextEnv):
     @property
     def instruction(self) -> str:
         """System prompt of the current episode (contains the mission). RuntimeError before reset."""
-        return build_instruction(self.mission)
+        return self._build_instruction(self.mission)
 
     @property
     def progression(self) -> float:
@@ -367,6 +387,7 @@ def make_babyai(
     max_steps: int | None = None,
     format_penalty: float = 0.0,
     level_kwargs: Mapping[str, Any] | None = None,
+    instruction_style: str = "full",
 ) -> BabyAITextEnv:
     """Build the BabyAI task ``task`` (a key of :data:`BABYAI_TASKS`).
 
@@ -375,6 +396,7 @@ def make_babyai(
         max_steps: step limit; ``None`` uses BALROG's (64 or 128, see :data:`BABYAI_TASKS`).
         format_penalty: see :class:`~verlog.envs.base.TextEnv`.
         level_kwargs: extra constructor arguments of the minigrid level.
+        instruction_style: ``"full"`` or ``"brief"`` (see :class:`BabyAITextEnv`).
 
     Raises:
         ValueError: unknown task (the message lists the known ones), or bad arguments.
@@ -387,6 +409,7 @@ def make_babyai(
         max_steps=default_steps if max_steps is None else max_steps,
         format_penalty=format_penalty,
         level_kwargs=level_kwargs,
+        instruction_style=instruction_style,
     )
 
 
