@@ -1,0 +1,84 @@
+"""Shared test fixtures: a scripted counting game and a scripted rollout engine."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from verlog.envs.base import TextEnv
+from verlog.envs.registry import list_envs, register
+from verlog.rollout.engine import Generation, SamplingParams
+
+COUNT_TASK = "test/count"
+
+
+class CountGame(TextEnv):
+    """Each step says "wait" (count up, reward 0) or "end" (terminate with reward 1).
+
+    Observation "count k" after k steps; the step limit truncates.
+    """
+
+    def __init__(self, *, max_steps: int | None = 4, format_penalty: float = 0.0) -> None:
+        super().__init__(max_steps=max_steps, format_penalty=format_penalty)
+        self._count = 0
+        self._ended = False
+
+    def _reset_game(self, seed: int | None) -> tuple[str, dict[str, Any]]:
+        self._count, self._ended = 0, False
+        return "count 0", {}
+
+    def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self._count += 1
+        if action == "end":
+            self._ended = True
+            return f"count {self._count}", 1.0, True, False, {}
+        return f"count {self._count}", 0.0, False, False, {}
+
+    @property
+    def valid_actions(self) -> list[str]:
+        return ["wait", "end"]
+
+    @property
+    def default_action(self) -> str:
+        return "wait"
+
+    @property
+    def instruction(self) -> str:
+        return "Say wait or end."
+
+    @property
+    def progression(self) -> float:
+        return 1.0 if self._ended else 0.0
+
+
+if COUNT_TASK not in list_envs():
+    register(COUNT_TASK, CountGame)
+
+COUNT_CORPUS = ["Say wait or end.", "Observation:\n", "Current observation:\n", "ACTION: wait", "ACTION: end",
+                "Your previous reply did not contain a valid action"] + [f"count {k}" for k in range(20)]
+
+
+class ScriptedEngine:
+    """Replies from a script: ``script[call][n]`` is the text for prompt n of call number ``call``.
+
+    Token ids are the tokenizer's encoding plus eos; logprobs are -0.5 per token.
+    """
+
+    def __init__(self, tokenizer: Any, script: list[list[str]]) -> None:
+        self.tokenizer, self.script, self.calls = tokenizer, script, 0
+        self.returned: list[list[list[int]]] = []
+        self.prompts: list[list[list[int]]] = []
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        replies = self.script[self.calls]
+        self.calls += 1
+        self.prompts.append([list(p) for p in prompts])
+        out = []
+        for text in replies[: len(prompts)]:
+            ids = self.tokenizer.encode(text, add_special_tokens=False)[: params.max_tokens - 1]
+            ids = ids + [self.tokenizer.eos_token_id]
+            out.append(Generation(ids, [-0.5] * len(ids), "stop"))
+        self.returned.append([g.token_ids for g in out])
+        return out
+
+    def load_weights(self, named_tensors) -> None:  # pragma: no cover - not used by these tests
+        raise NotImplementedError
