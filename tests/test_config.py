@@ -1,0 +1,100 @@
+"""Config: recipes, overrides, validation and the one-line errors of the CLI."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verlog.config import (ConfigError, TrainConfig, build_config, field_docs, load_recipe, parse_overrides,
+                           save_config)
+
+RECIPES = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "recipes").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_loads(recipe):
+    cfg = load_recipe(recipe)
+    assert isinstance(cfg, TrainConfig)
+
+
+def test_overrides_are_typed_and_applied():
+    cfg = load_recipe("tiny", ["ppo.actor_lr=1e-5", "env.num_envs=4", "ppo.target_kl=null", "eval.greedy=false"])
+    assert cfg.ppo.actor_lr == pytest.approx(1e-5) and isinstance(cfg.ppo.actor_lr, float)
+    assert cfg.env.num_envs == 4
+    assert cfg.ppo.target_kl is None
+    assert cfg.eval.greedy is False
+
+
+def test_parse_overrides_values():
+    assert parse_overrides(["a.b=1", "c=none", "d=[1, 2]", "e=x=y"]) == {"a.b": 1, "c": None, "d": [1, 2], "e": "x=y"}
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["ppo.nope=1"], "ppo.nope"),
+    (["nope=1"], "nope"),
+    (["ppo.epochs=abc"], "ppo.epochs"),
+    (["ppo.epochs=1.5"], "ppo.epochs"),
+    (["rollout.engine=sglang"], "rollout.engine"),
+    (["gae.lam_step=1.5"], "gae.lam_step"),
+    (["env.num_envs=0"], "env.num_envs"),
+    (["ppo.minibatches=7"], "ppo.minibatches"),
+    (["ppo.dual_clip=0.5"], "ppo.dual_clip"),
+    (["deepspeed.zero_stage=4"], "deepspeed.zero_stage"),
+    (["noequals"], "noequals"),
+    (["ppo..x=1"], "ppo..x=1"),
+])
+def test_bad_overrides_name_the_key(overrides, key):
+    with pytest.raises(ConfigError) as err:
+        load_recipe("tiny", overrides)
+    message = str(err.value)
+    assert message.startswith(key) and "\n" not in message
+
+
+def test_unknown_recipe_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="unknown recipe"):
+        load_recipe("does-not-exist")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ppo: [unclosed\n")
+    with pytest.raises(ConfigError, match="malformed YAML"):
+        load_recipe(str(bad))
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("ppo:\n  epochs: {a: 1}\n")
+    with pytest.raises(ConfigError, match="ppo.epochs"):
+        load_recipe(str(wrong))
+
+
+def test_saved_config_is_a_recipe(tmp_path):
+    cfg = load_recipe("tiny", ["ppo.actor_lr=2e-4"])
+    save_config(cfg, tmp_path / "config.yaml")
+    again = load_recipe(str(tmp_path / "config.yaml"))
+    assert again == cfg
+
+
+def test_every_field_has_a_doc():
+    rows = field_docs()
+    assert len(rows) > 50
+    assert all(doc for _, _, _, doc in rows)
+    assert {"ppo.actor_lr", "gae.gamma_step", "memory.history_turns"} <= {key for key, *_ in rows}
+
+
+def test_critic_warmup_must_leave_policy_updates():
+    with pytest.raises(ConfigError, match="ppo.critic_warmup_iterations"):
+        build_config({"iterations": 3, "ppo": {"critic_warmup_iterations": 3}})
+
+
+@pytest.mark.parametrize("args", [["tiny", "ppo.bogus=1"], ["tiny", "ppo.epochs=x"], ["missing-recipe"], []])
+def test_cli_bad_input_exits_2_with_one_line(args):
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_help_lists_config_keys():
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    assert "ppo.actor_lr" in proc.stdout and "gae.lam_token" in proc.stdout

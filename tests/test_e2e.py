@@ -1,0 +1,113 @@
+"""End to end: a short tiny-model run through the real pipeline, its outputs, resume, and verlog-eval."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from verlog.config import load_recipe
+from verlog.logging import read_metrics
+
+SMALL = [
+    "iterations=3", "ppo.critic_warmup_iterations=1", "env.num_envs=4", "env.vector_mode=sync",
+    "rollout.turns_per_env=4", "ppo.minibatches=2", "ppo.micro_batch_size=4", "format_warmup.steps=10",
+    "format_warmup.episodes=2", "model.tiny.corpus_episodes=4", "eval.episodes=3", "eval.num_envs=3",
+    "env.max_steps=12", "checkpoint_every=1", "logging.progress=false", "logging.dump_batch_every=1",
+]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    args = SMALL + [f"run_root={root}", f"model.cache_dir={root / 'cache'}", "name=e2e"]
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *args],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "e2e", args, proc
+
+
+def test_run_directory_contents(run):
+    run_dir, _, proc = run
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "curves.png").stat().st_size > 1000
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert cfg["iterations"] == 3 and cfg["env"]["num_envs"] == 4
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    assert [r["phase"] for r in rows] == ["critic_warmup", "ppo", "ppo"]
+    assert [r["turns"] for r in rows] == [16, 32, 48]
+    for key in ("episode/success", "rollout/invalid_action_rate", "prompt/tokens_mean", "prompt/tokens_max",
+                "prompt/trimmed_turns", "critic/explained_variance", "critic/value_loss", "time/rollout",
+                "time/scoring", "time/update", "turns_per_second"):
+        assert key in rows[-1], key
+    assert "actor/pg_loss" not in rows[0] and "actor/pg_loss" in rows[1]  # no actor update in warm-up
+    # behaviour logprobs of the HF engine equal the trainer's recomputed ones (same weights, fp32)
+    assert all(r["rollout/behaviour_vs_old_logprob_max_abs"] < 1e-3 for r in rows)
+    ev = json.loads((run_dir / "eval.json").read_text())
+    assert {"success_mean", "success_se", "episodes", "task"} <= set(ev)
+    assert ev["episodes"] == 3 and ev["task"] == "babyai/easy_goto"
+    assert set(ev["untrained"]) == {"greedy", "sampled"} and set(ev["trained"]) == {"greedy", "sampled"}
+    assert '"success_mean"' in proc.stdout
+
+
+def test_checkpoints_are_hf_directories_with_safetensors(run):
+    run_dir, _, _ = run
+    ckpts = sorted((run_dir / "checkpoints").glob("iter_*"))
+    assert [c.name for c in ckpts] == ["iter_000001", "iter_000002", "iter_000003"]
+    last = ckpts[-1]
+    for part in ("actor", "critic"):
+        assert (last / part / "model.safetensors").is_file() and (last / part / "config.json").is_file()
+    assert (last / "COMPLETE").is_file() and (last / "ds").is_dir()
+    state = json.loads((last / "trainer_state.json").read_text())
+    assert state["iteration"] == 3
+    from verlog.models import is_critic_dir, load_critic
+
+    assert is_critic_dir(last / "critic")
+    critic = load_critic(last / "critic")
+    assert critic.score.weight.abs().sum() > 0  # the trained value head was saved, not re-initialised
+
+
+def test_resume_continues_from_the_newest_checkpoint(run):
+    run_dir, args, _ = run
+    more = [a for a in args if not a.startswith("iterations=")] + ["iterations=4", f"resume={run_dir}"]
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *more],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    assert rows[-1]["turns"] == 64
+    assert (run_dir / "checkpoints" / "iter_000004" / "COMPLETE").is_file()
+
+
+def test_verlog_eval_on_the_checkpoint(run):
+    run_dir, _, _ = run
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import eval_main; eval_main()", str(run_dir),
+                           "episodes=2"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["episodes"] == 2 and summary["task"] == "babyai/easy_goto" and summary["greedy"] is True
+
+
+def test_dumped_batch_reloads(run):
+    from verlog.batch import TurnBatch
+
+    run_dir, _, _ = run
+    batch = TurnBatch.load(run_dir / "batches" / "iter_000002.pt")
+    assert batch.advantages is not None and batch.advantages.shape == batch.response_mask.shape
+    assert batch.num_turns == 4 and batch.num_envs == 4
+
+
+def test_missing_model_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny",
+                           f"model.path={tmp_path / 'nope'}", f"run_root={tmp_path}"],
+                          capture_output=True, text=True, timeout=300, env={**__import__("os").environ,
+                                                                            "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("[")]
+    assert len(lines) == 1 and "nope" in lines[0], proc.stderr[-2000:]
+
+
+def test_recipe_defaults_are_the_documented_main_job():
+    cfg = load_recipe("tiny")
+    assert cfg.env.task == "babyai/easy_goto" and cfg.model.path == "tiny" and cfg.eval.episodes == 100

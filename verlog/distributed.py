@@ -1,0 +1,132 @@
+"""DeepSpeed set-up: process group, ZeRO engine configs, rank helpers, parameter gathering.
+
+One process (the CPU default) is a world of size 1 on loopback; under ``deepspeed`` or
+``torchrun`` the launcher's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* variables are used as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init_distributed() -> None:
+    """Initialise torch.distributed through DeepSpeed (gloo on CPU, nccl on GPU), once.
+
+    Without a launcher this sets up a single-process world on 127.0.0.1 with a free port, so that
+    ``deepspeed.initialize`` never falls back to MPI discovery.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(_free_port()))
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
+                               verbose=False)
+
+
+def rank() -> int:
+    """This process's global rank (0 when not distributed)."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    """Number of data-parallel processes (1 when not distributed)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def is_main() -> bool:
+    """True on rank 0, which alone writes logs and checkpoints."""
+    return rank() == 0
+
+
+def device() -> torch.device:
+    """This rank's device: its CUDA device when there is one, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
+    """Sum a tensor over data-parallel ranks (identity in a world of one). Returns a new tensor."""
+    out = x.clone()
+    if world_size() > 1:
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return out
+
+
+def ds_config(*, zero_stage: int, micro_batch_size: int, grad_accum_steps: int, max_grad_norm: float,
+              bf16: bool) -> dict[str, Any]:
+    """A DeepSpeed config dict for one engine (actor or critic).
+
+    ``train_batch_size`` = micro_batch_size x grad_accum_steps x world_size, as DeepSpeed requires.
+    """
+    cfg: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": micro_batch_size,
+        "gradient_accumulation_steps": grad_accum_steps,
+        "train_batch_size": micro_batch_size * grad_accum_steps * world_size(),
+        "gradient_clipping": max_grad_norm,
+        "zero_optimization": {"stage": zero_stage},
+        "bf16": {"enabled": bf16},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+    return cfg
+
+
+def make_engine(model: torch.nn.Module, *, lr: float, weight_decay: float, config: dict[str, Any]) -> Any:
+    """Wrap a model in a DeepSpeed engine with a torch AdamW (no JIT-built optimizer ops).
+
+    Returns:
+        ``deepspeed.DeepSpeedEngine``; ``engine.module`` is the Hugging Face model.
+    """
+    import deepspeed
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    return engine
+
+
+@contextmanager
+def _gathered(params: list[torch.nn.Parameter], zero3: bool) -> Iterator[None]:
+    if not zero3:
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+        yield
+
+
+def gathered_named_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(name, full tensor)`` for every parameter, one submodule at a time.
+
+    Under ZeRO-3 each submodule's partitioned parameters are gathered only while they are yielded
+    (detached copies), so the whole model is never materialised twice; otherwise the parameters
+    are yielded as they are (detached).
+    """
+    zero3 = any(hasattr(p, "ds_id") for p in module.parameters())
+    seen: set[int] = set()
+    for prefix, sub in module.named_modules():
+        own = [(n, p) for n, p in sub.named_parameters(recurse=False) if id(p) not in seen]
+        if not own:
+            continue
+        with _gathered([p for _, p in own], zero3):
+            for name, p in own:
+                seen.add(id(p))
+                full = f"{prefix}.{name}" if prefix else name
+                yield full, (p.detach().clone() if zero3 else p.detach())

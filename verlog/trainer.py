@@ -1,0 +1,487 @@
+"""The PPO iteration loop: collect T x N turns, score, dual-discount GAE, update, sync, log.
+
+One iteration (DESIGN.md "One PPO iteration, as data"):
+
+1. the fixed-turn collector gathers a :class:`~verlog.batch.TurnBatch` with the rollout engine;
+2. scoring: old logprobs (actor), reference logprobs (only when ``ppo.kl_coef > 0``), values V_k
+   and the bootstrap values (critic);
+3. token rewards (environment reward on the last response token, optional KL penalty) and
+   :func:`~verlog.algos.gae.dual_discount_gae`, advantages whitened over the global batch;
+4. ``ppo.epochs`` x ``ppo.minibatches`` optimizer steps on the actor and critic DeepSpeed engines
+   (the actor is frozen during the first ``ppo.critic_warmup_iterations`` iterations);
+5. the actor's weights are loaded into the rollout engine; metrics and checkpoints are written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from collections import deque
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from verlog import distributed as D
+from verlog.algos.gae import dual_discount_gae
+from verlog.algos.losses import kl_penalty, ppo_policy_loss, value_loss
+from verlog.algos.stats import explained_variance, masked_whiten
+from verlog.batch import TurnBatch
+from verlog.config import TrainConfig, save_config, to_dict
+from verlog.envs.vector import make_vector_env
+from verlog.evaluate import EvalResult, evaluate
+from verlog.logging import MetricLogger
+from verlog.memory import WindowMemory
+from verlog.models import build_tiny_model, load_actor, load_critic, load_tokenizer
+from verlog.rollout.collector import CollectStats, FixedTurnCollector
+from verlog.rollout.engine import SamplingParams
+from verlog.scoring import Rows, batched, critic_outputs, pack_prompts, pack_rows, policy_outputs
+from verlog.warmup import collect_prompts, env_corpus, format_warmup
+
+CHECKPOINT_MARKER = "COMPLETE"
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def newest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint directory of a run (a half-written one has no marker)."""
+    ckpts = sorted((run_dir / "checkpoints").glob("iter_*"))
+    complete = [c for c in ckpts if (c / CHECKPOINT_MARKER).is_file()]
+    return complete[-1] if complete else None
+
+
+class Trainer:
+    """Turn-level PPO with a critic; see the module docstring for one iteration.
+
+    Args:
+        cfg: a validated :class:`~verlog.config.TrainConfig`.
+    """
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        if cfg.model.path != "tiny":
+            load_tokenizer(cfg.model.path)  # fail fast, with one line, before any process group exists
+        D.init_distributed()
+        torch.set_num_threads(cfg.threads)
+        self.rank, self.world = D.rank(), D.world_size()
+        seed_everything(cfg.seed + 1000 * self.rank)
+        self.run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.run_root) / cfg.name
+        self.start_iteration = 0
+        resume_from = newest_checkpoint(self.run_dir) if cfg.resume else None
+        if cfg.resume and resume_from is None:
+            raise FileNotFoundError(f"resume: no complete checkpoint under {self.run_dir}/checkpoints")
+        if D.is_main():
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, self.run_dir / "config.yaml")
+        self.eval_results: dict[str, dict[str, Any]] = {}
+        self._phase_times: dict[str, float] = {}
+
+        base_path = self._base_model_path()
+        self.tokenizer = load_tokenizer(base_path)
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        self.eos_id = int(self.tokenizer.eos_token_id)
+
+        if resume_from is not None:
+            actor_path = critic_path = None
+            actor_path, critic_path = resume_from / "actor", resume_from / "critic"
+            state = json.loads((resume_from / "trainer_state.json").read_text())
+            self.start_iteration = int(state["iteration"])
+            self.eval_results = state.get("eval_results", {})
+        else:
+            actor_path = self._format_warmup(base_path) if cfg.format_warmup.steps > 0 else base_path
+            critic_path = cfg.model.critic_path or actor_path
+        self.actor_path = actor_path
+        dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
+
+        n_micro = math.ceil(self.turns_per_batch // cfg.ppo.minibatches / cfg.ppo.micro_batch_size)
+        ds = dict(zero_stage=cfg.deepspeed.zero_stage, micro_batch_size=cfg.ppo.micro_batch_size,
+                  grad_accum_steps=n_micro, max_grad_norm=cfg.ppo.max_grad_norm, bf16=cfg.deepspeed.bf16)
+        actor = load_actor(actor_path, dtype=dtype)
+        critic = load_critic(critic_path, dtype=dtype, value_head_init_std=cfg.model.value_head_init_std)
+        self.actor = D.make_engine(actor, lr=cfg.ppo.actor_lr, weight_decay=cfg.ppo.weight_decay,
+                                   config=D.ds_config(**ds))
+        self.critic = D.make_engine(critic, lr=cfg.ppo.critic_lr, weight_decay=cfg.ppo.weight_decay,
+                                    config=D.ds_config(**ds))
+        if resume_from is not None:
+            self.actor.load_checkpoint(str(resume_from / "ds"), tag="actor")
+            self.critic.load_checkpoint(str(resume_from / "ds"), tag="critic")
+        self.ref = None
+        if cfg.ppo.kl_coef > 0:
+            self.ref = load_actor(actor_path, dtype=dtype).to(D.device()).eval().requires_grad_(False)
+
+        self.engine = self._make_rollout_engine(actor_path)
+        self.sampling = SamplingParams(max_tokens=cfg.rollout.max_response_tokens,
+                                       temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                       top_k=cfg.rollout.top_k)
+        self.venv = make_vector_env(cfg.env.task, cfg.env.num_envs, seed=cfg.seed * 100_003 + self.rank * 1009,
+                                    mode=cfg.env.vector_mode, env_kwargs=self.env_kwargs)
+        self.collector = FixedTurnCollector(
+            self.venv, [self.make_memory() for _ in range(cfg.env.num_envs)], self.engine, self.decode,
+            self.sampling, cfg.rollout.turns_per_env, self.pad_id, seed=cfg.seed * 100_003 + self.rank * 1009)
+        self._recent_success: deque[float] = deque(maxlen=100)
+        self._turns_done = self.start_iteration * self.turns_per_batch * self.world
+        self._update_rng = torch.Generator().manual_seed(cfg.seed + 7 * self.rank + self.start_iteration)
+
+    # ------------------------------------------------------------------ set-up helpers
+    @property
+    def turns_per_batch(self) -> int:
+        """T x N turns collected by this rank per iteration."""
+        return self.cfg.rollout.turns_per_env * self.cfg.env.num_envs
+
+    @property
+    def env_kwargs(self) -> dict[str, Any]:
+        return self.cfg.env.env_kwargs()
+
+    def make_memory(self) -> WindowMemory:
+        """A fresh per-environment memory configured as in this run."""
+        m = self.cfg.memory
+        return WindowMemory(self.tokenizer, history_turns=m.history_turns, max_prompt_tokens=m.max_prompt_tokens,
+                            reply_hint=m.reply_hint)
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        """Response ids -> reply text for the environment (special tokens dropped)."""
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    def _base_model_path(self) -> str | Path:
+        cfg = self.cfg
+        if cfg.model.path != "tiny":
+            return cfg.model.path
+        tiny = cfg.model.tiny
+        out = Path(cfg.model.cache_dir) / f"tiny-{cfg.env.task.replace('/', '-')}"
+        if D.is_main():
+            corpus = env_corpus(cfg.env.task, episodes=tiny.corpus_episodes, seed=tiny.seed,
+                                env_kwargs=self.env_kwargs)
+            build_tiny_model(out, corpus, seed=tiny.seed, vocab_size=tiny.vocab_size,
+                             hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
+                             num_kv_heads=tiny.num_kv_heads, intermediate_size=tiny.intermediate_size)
+        self._barrier()
+        return out
+
+    def _format_warmup(self, base_path: str | Path) -> Path:
+        cfg, fw = self.cfg, self.cfg.format_warmup
+        out = self.run_dir / "format_warmup"
+        if D.is_main():
+            tic = time.perf_counter()
+            model = load_actor(base_path)
+            examples = collect_prompts(cfg.env.task, self.make_memory, episodes=fw.episodes, seed=cfg.seed + 77,
+                                       env_kwargs=self.env_kwargs)
+            losses = format_warmup(model, lambda s: self.tokenizer.encode(s, add_special_tokens=False),
+                                   self.eos_id, self.pad_id, examples, steps=fw.steps, batch_size=fw.batch_size,
+                                   lr=fw.lr, seed=cfg.seed)
+            tmp = out.with_name(out.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+            shutil.rmtree(out, ignore_errors=True)
+            tmp.rename(out)
+            self._phase_times["format_warmup_seconds"] = time.perf_counter() - tic
+            print(f"format warm-up: {fw.steps} steps on {len(examples)} prompts, target NLL "
+                  f"{losses[0]:.3f} -> {losses[-1]:.3f} nats/token ({self._phase_times['format_warmup_seconds']:.1f} s)",
+                  flush=True)
+        self._barrier()
+        return out
+
+    def _make_rollout_engine(self, path: str | Path) -> Any:
+        if self.cfg.rollout.engine == "vllm":
+            from verlog.rollout.vllm import VLLMEngine
+
+            r = self.cfg.rollout
+            return VLLMEngine(str(path), dtype=self.cfg.model.dtype,
+                              max_model_len=self.cfg.memory.max_prompt_tokens + r.max_response_tokens,
+                              seed=self.cfg.seed + self.rank, gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+                              tensor_parallel_size=r.vllm_tensor_parallel_size, cpu_kv_cache_gb=r.vllm_cpu_kv_cache_gb)
+        from verlog.rollout.hf import HFEngine
+
+        dtype = torch.bfloat16 if self.cfg.model.dtype == "bfloat16" else torch.float32
+        return HFEngine(path, self.tokenizer, dtype=dtype, device=str(D.device()), seed=self.cfg.seed + self.rank)
+
+    def _barrier(self) -> None:
+        if self.world > 1:
+            torch.distributed.barrier()
+
+    # ------------------------------------------------------------------ one iteration
+    def score(self, batch: TurnBatch) -> Rows:
+        """Fill old logprobs, reference logprobs, values and bootstrap values; return the rows."""
+        T, N = batch.num_turns, batch.num_envs
+        mb = self.cfg.ppo.micro_batch_size
+        rows = pack_rows(batch.prompt_ids.flatten(0, 1), batch.prompt_lengths.flatten(),
+                         batch.response_ids.flatten(0, 1), batch.response_mask.flatten(0, 1), self.pad_id)
+        self.actor.eval()
+        self.critic.eval()
+        shape = batch.response_mask.shape
+        batch.old_logprobs = batched(lambda r: policy_outputs(self.actor, r)[0], rows, mb).view(shape)
+        batch.values = batched(lambda r: critic_outputs(self.critic, r), rows, mb).view(shape)
+        if self.ref is not None:
+            batch.ref_logprobs = batched(lambda r: policy_outputs(self.ref, r)[0], rows, mb).view(shape)
+        batch.bootstrap_values = torch.zeros(T, N)
+        if batch.bootstrap_prompts:
+            keys = sorted(batch.bootstrap_prompts)
+            prompt_rows = pack_prompts([batch.bootstrap_prompts[k] for k in keys], self.pad_id)
+            values = batched(lambda r: critic_outputs(self.critic, r)[:, 0:1], prompt_rows, mb).squeeze(1)
+            for (t, n), v in zip(keys, values.tolist()):
+                batch.bootstrap_values[t, n] = v
+        return rows
+
+    def compute_advantages(self, batch: TurnBatch) -> None:
+        """Token rewards, dual-discount GAE, then advantage whitening over all ranks' valid tokens."""
+        cfg = self.cfg
+        mask = batch.response_mask
+        last = (batch.response_lengths - 1).clamp(min=0)
+        token_rewards = torch.zeros_like(batch.values)
+        token_rewards.scatter_(2, last.unsqueeze(-1), batch.rewards.unsqueeze(-1))
+        if cfg.ppo.kl_coef > 0 and cfg.ppo.kl_in_reward:
+            kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, cfg.ppo.kl_kind)
+            token_rewards = token_rewards - cfg.ppo.kl_coef * kl * mask
+        batch.token_rewards = token_rewards
+        g = cfg.gae
+        adv, ret = dual_discount_gae(token_rewards, batch.values, mask, batch.terminated, batch.truncated,
+                                     batch.bootstrap_values, g.gamma_step, g.lam_step, g.gamma_token, g.lam_token)
+        batch.returns = ret
+        batch.advantages = masked_whiten(adv, mask, reduce_fn=D.all_reduce_sum) if g.whiten_advantages else adv
+
+    def update(self, batch: TurnBatch, rows: Rows, *, train_actor: bool) -> dict[str, float]:
+        """PPO epochs over minibatches; returns token-weighted averages of the update's metrics."""
+        cfg = self.cfg.ppo
+        M = len(rows)
+        flat = lambda x: x.flatten(0, 1)  # noqa: E731
+        mask, old_lp, adv = flat(batch.response_mask), flat(batch.old_logprobs), flat(batch.advantages)
+        old_v, ret = flat(batch.values), flat(batch.returns)
+        ref_lp = flat(batch.ref_logprobs) if batch.ref_logprobs is not None else None
+        kl_loss_on = cfg.kl_coef > 0 and not cfg.kl_in_reward
+        sums: dict[str, float] = {}
+        weights: dict[str, float] = {}
+
+        def add(key: str, value: float, weight: float) -> None:
+            sums[key] = sums.get(key, 0.0) + value * weight
+            weights[key] = weights.get(key, 0.0) + weight
+
+        self.actor.train()
+        self.critic.train()
+        actor_stopped = not train_actor
+        mb_rows = M // cfg.minibatches
+        for _epoch in range(cfg.epochs):
+            perm = torch.randperm(M, generator=self._update_rng)
+            for start in range(0, M, mb_rows):
+                idx = perm[start:start + mb_rows]
+                n_tok = float(mask[idx].sum())
+                micro = idx.split(cfg.micro_batch_size)
+                if not actor_stopped:
+                    kl_sum = 0.0
+                    for mi in micro:
+                        r = rows.select(mi)
+                        m = mask[mi]
+                        logp, ent = policy_outputs(self.actor, r, with_entropy=True)
+                        pg, stats = ppo_policy_loss(logp, old_lp[mi], adv[mi], m, clip_low=cfg.clip_low,
+                                                    clip_high=cfg.clip_high, dual_clip=cfg.dual_clip,
+                                                    loss_normalizer=n_tok)
+                        ent_sum = (ent * m).sum()
+                        loss = pg - cfg.entropy_coef * ent_sum / n_tok
+                        if kl_loss_on:
+                            kl = (kl_penalty(logp, ref_lp[mi], cfg.kl_kind) * m).sum() / n_tok
+                            loss = loss + cfg.kl_coef * kl
+                            add("actor/kl_ref", float(kl) * n_tok, 1.0)
+                        self.actor.backward(loss, scale_wrt_gas=False)
+                        self.actor.step()
+                        w = float(m.sum())
+                        add("actor/pg_loss", float(pg) * n_tok / max(w, 1.0), w)
+                        add("actor/entropy", float(ent_sum) / max(w, 1.0), w)
+                        for key in ("clip_fraction", "approx_kl", "ratio_mean"):
+                            if key in stats:
+                                add(f"actor/{key}", float(stats[key]), w)
+                        kl_sum += float(stats.get("approx_kl", 0.0)) * w
+                    add("actor/grad_norm", _grad_norm(self.actor), 1.0)
+                    if cfg.target_kl is not None and kl_sum / max(n_tok, 1.0) > cfg.target_kl:
+                        actor_stopped = True
+                        sums["actor/early_stopped"], weights["actor/early_stopped"] = 1.0, 1.0
+                for mi in micro:
+                    r = rows.select(mi)
+                    m = mask[mi]
+                    values = critic_outputs(self.critic, r)
+                    vl, vstats = value_loss(values, old_v[mi], ret[mi], m, clip_range=cfg.value_clip,
+                                            loss_normalizer=n_tok)
+                    self.critic.backward(cfg.value_coef * vl, scale_wrt_gas=False)
+                    self.critic.step()
+                    w = float(m.sum())
+                    add("critic/value_loss", float(vl) * n_tok / max(w, 1.0), w)
+                    add("critic/value_clip_fraction", float(vstats["value_clip_fraction"]), w)
+                add("critic/grad_norm", _grad_norm(self.critic), 1.0)
+        self.actor.eval()
+        self.critic.eval()
+        out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+        out.setdefault("actor/early_stopped", 0.0)
+        return out
+
+    def sync_weights(self) -> None:
+        """Load the actor's current weights into the rollout engine."""
+        self.engine.load_weights(D.gathered_named_parameters(self.actor.module))
+
+    # ------------------------------------------------------------------ metrics, eval, checkpoints
+    def _metrics(self, it: int, batch: TurnBatch, stats: CollectStats, upd: dict[str, float],
+                 times: dict[str, float], warm: bool) -> dict[str, Any]:
+        mask = batch.response_mask
+        n_turns = batch.num_turns * batch.num_envs
+        eps = stats.episodes
+        for e in eps:
+            self._recent_success.append(float(e.success))
+        valid_lp = mask & torch.isfinite(batch.behaviour_logprobs)
+        lp_diff = (batch.behaviour_logprobs - batch.old_logprobs).abs()[valid_lp]
+        out: dict[str, Any] = {
+            "iteration": it + 1,
+            "phase": "critic_warmup" if warm else "ppo",
+            "turns": self._turns_done,
+            "episodes": len(eps),
+            "episode/return": _mean([e.episode_return for e in eps]),
+            "episode/length": _mean([e.length for e in eps]),
+            "episode/success": _mean([float(e.success) for e in eps]),
+            "episode/progression": _mean([e.progression for e in eps]),
+            "episode/success_recent100": _mean(list(self._recent_success)),
+            "episode/truncated_fraction": _mean([float(e.truncated) for e in eps]),
+            "rollout/invalid_action_rate": stats.invalid_actions / max(stats.turns, 1),
+            "rollout/cut_at_max_tokens_rate": float(batch.cut_at_max_tokens.float().mean()),
+            "rollout/response_tokens_mean": float(batch.response_lengths.float().mean()),
+            "rollout/reward_mean": float(batch.rewards.mean()),
+            "rollout/behaviour_vs_old_logprob_max_abs": float(lp_diff.max()) if lp_diff.numel() else 0.0,
+            "prompt/tokens_mean": _mean(stats.prompt_tokens),
+            "prompt/tokens_max": max(stats.prompt_tokens) if stats.prompt_tokens else 0,
+            "prompt/trimmed_turns": stats.trimmed_turns,
+            "prompt/trimmed_observation_tokens": stats.trimmed_observation_tokens,
+            "critic/explained_variance": explained_variance(batch.values, batch.returns, mask),
+            "critic/values_mean": float(batch.values[mask].mean()),
+            "critic/returns_mean": float(batch.returns[mask].mean()),
+            "critic/turn_value_mean": float(batch.values[..., 0].mean()),
+            **upd,
+            **{f"time/{k}": v for k, v in times.items()},
+        }
+        out["turns_per_second"] = n_turns * self.world / max(sum(times.values()), 1e-9)
+        return out
+
+    def run_eval(self, label: str, *, greedy: bool) -> EvalResult:
+        """Evaluate the rollout engine's current policy on ``eval.episodes`` fixed seeds."""
+        e = self.cfg.eval
+        sampling = SamplingParams(max_tokens=self.cfg.rollout.max_response_tokens, greedy=greedy,
+                                  temperature=self.cfg.rollout.temperature, top_p=self.cfg.rollout.top_p,
+                                  top_k=self.cfg.rollout.top_k)
+        result = evaluate(self.engine, self.decode, self.make_memory, task=self.cfg.env.task, episodes=e.episodes,
+                          seed=e.seed, num_envs=e.num_envs, sampling=sampling, env_kwargs=self.env_kwargs)
+        self.eval_results.setdefault(label, {})["greedy" if greedy else "sampled"] = result.summary()
+        return result
+
+    def _write_eval_json(self) -> None:
+        trained = self.eval_results.get("trained", {}).get("greedy")
+        payload: dict[str, Any] = {"task": self.cfg.env.task}
+        if trained:
+            payload.update({k: trained[k] for k in ("success_mean", "success_se", "episodes")})
+        payload.update(self.eval_results)
+        (self.run_dir / "eval.json").write_text(json.dumps(payload, indent=2))
+
+    def save_checkpoint(self, iteration: int) -> Path:
+        """Write ``checkpoints/iter_<k>/`` atomically (aside, then rename; marker written last)."""
+        final = self.run_dir / "checkpoints" / f"iter_{iteration:06d}"
+        tmp = final.with_name(final.name + ".tmp")
+        if D.is_main():
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        self._barrier()
+        self.actor.save_checkpoint(str(tmp / "ds"), tag="actor")
+        self.critic.save_checkpoint(str(tmp / "ds"), tag="critic")
+        actor_state = dict(D.gathered_named_parameters(self.actor.module))
+        critic_state = dict(D.gathered_named_parameters(self.critic.module))
+        if D.is_main():
+            self.actor.module.save_pretrained(tmp / "actor", state_dict=actor_state)
+            self.tokenizer.save_pretrained(tmp / "actor")
+            self.critic.module.save_pretrained(tmp / "critic", state_dict=critic_state)
+            self.tokenizer.save_pretrained(tmp / "critic")
+            state = {"iteration": iteration, "collector": self.collector.state_dict(),
+                     "eval_results": self.eval_results, "config": to_dict(self.cfg)}
+            (tmp / "trainer_state.json").write_text(json.dumps(state))
+            (tmp / CHECKPOINT_MARKER).write_text("ok\n")
+            shutil.rmtree(final, ignore_errors=True)
+            tmp.rename(final)
+        self._barrier()
+        return final
+
+    # ------------------------------------------------------------------ main loop
+    def train(self) -> dict[str, Any]:
+        """Run (or continue) the configured iterations, then evaluate; returns ``eval.json``'s content."""
+        cfg = self.cfg
+        logger = None
+        if D.is_main():
+            wandb_cfg = None
+            if cfg.logging.wandb:
+                wandb_cfg = {"project": cfg.logging.wandb_project, "mode": cfg.logging.wandb_mode,
+                             "name": cfg.name, "config": to_dict(cfg)}
+            logger = MetricLogger(self.run_dir, total_iterations=cfg.iterations, start_iteration=self.start_iteration,
+                                  wandb_config=wandb_cfg, progress=cfg.logging.progress)
+        try:
+            if self.start_iteration == 0 and cfg.eval.baseline and D.is_main():
+                for greedy in (True, False):
+                    r = self.run_eval("untrained", greedy=greedy)
+                    self._say(logger, f"untrained policy ({'greedy' if greedy else 'sampled'}): success "
+                                      f"{r.success_mean:.3f} ± {r.success_se:.3f} over {r.episodes} episodes")
+            for it in range(self.start_iteration, cfg.iterations):
+                warm = it < cfg.ppo.critic_warmup_iterations
+                times: dict[str, float] = {}
+                tic = time.perf_counter()
+                batch, stats = self.collector.collect()
+                times["rollout"] = time.perf_counter() - tic
+                tic = time.perf_counter()
+                rows = self.score(batch)
+                self.compute_advantages(batch)
+                times["scoring"] = time.perf_counter() - tic
+                tic = time.perf_counter()
+                upd = self.update(batch, rows, train_actor=not warm)
+                times["update"] = time.perf_counter() - tic
+                tic = time.perf_counter()
+                if not warm:
+                    self.sync_weights()
+                times["sync"] = time.perf_counter() - tic
+                self._turns_done += self.turns_per_batch * self.world
+                if cfg.logging.dump_batch_every and (it + 1) % cfg.logging.dump_batch_every == 0 and D.is_main():
+                    (self.run_dir / "batches").mkdir(exist_ok=True)
+                    batch.save(self.run_dir / "batches" / f"iter_{it + 1:06d}.pt")
+                metrics = self._metrics(it, batch, stats, upd, times, warm)
+                if cfg.eval.every and (it + 1) % cfg.eval.every == 0 and D.is_main():
+                    r = self.run_eval(f"iter_{it + 1}", greedy=cfg.eval.greedy)
+                    metrics["eval/success"] = r.success_mean
+                if logger is not None:
+                    logger.log(metrics)
+                if cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0 and it + 1 < cfg.iterations:
+                    self.save_checkpoint(it + 1)
+            self.save_checkpoint(cfg.iterations)
+            if D.is_main():
+                for greedy in (True, False):
+                    r = self.run_eval("trained", greedy=greedy)
+                    self._say(logger, f"trained policy ({'greedy' if greedy else 'sampled'}): success "
+                                      f"{r.success_mean:.3f} ± {r.success_se:.3f} over {r.episodes} episodes")
+                self._write_eval_json()
+        finally:
+            if logger is not None:
+                logger.close()
+            self.venv.close()
+        return json.loads((self.run_dir / "eval.json").read_text()) if D.is_main() else {}
+
+    @staticmethod
+    def _say(logger: MetricLogger | None, message: str) -> None:
+        if logger is not None:
+            logger.write(message)
+        else:
+            print(message, flush=True)
+
+
+def _mean(xs: list[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else math.nan
+
+
+def _grad_norm(engine: Any) -> float:
+    norm = engine.get_global_grad_norm()
+    return float(norm) if norm is not None else math.nan

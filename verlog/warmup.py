@@ -1,0 +1,122 @@
+"""Before RL: the tiny tokenizer's text corpus and the supervised *format* warm-up.
+
+A randomly initialised model almost never writes a parseable reply, so the tiny recipe first
+teaches the reply format only: ``ACTION: <a uniformly random valid action>``, drawn afresh for
+every example, so the warm-up carries no information about which action is good. An instruct
+model already knows such a format; with one, set ``format_warmup.steps=0``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from verlog.envs import make_env
+from verlog.scoring import pack_rows, policy_outputs
+
+REPLY_PREFIX = "ACTION: "
+
+
+def format_reply(action: str) -> str:
+    """The reply text that the format warm-up teaches for ``action``."""
+    return f"{REPLY_PREFIX}{action}"
+
+
+def env_corpus(task: str, *, episodes: int, seed: int, env_kwargs: dict[str, Any] | None = None,
+               invalid_reply_rate: float = 0.1) -> list[str]:
+    """Texts of random play: instructions, observations, replies — to train a tokenizer on.
+
+    Some replies are deliberately invalid so the env's invalid-action notice is in the corpus too.
+    """
+    rng = random.Random(seed)
+    env = make_env(task, **(env_kwargs or {}))
+    texts: list[str] = ["Observation:\n", "Current observation:\n"]
+    try:
+        for ep in range(episodes):
+            obs, info = env.reset(seed=seed + ep)
+            texts += [info["instruction"], obs]
+            texts += [format_reply(a) for a in info["valid_actions"]]
+            done = False
+            while not done:
+                reply = "???" if rng.random() < invalid_reply_rate else format_reply(rng.choice(info["valid_actions"]))
+                obs, _, terminated, truncated, info = env.step(reply)
+                texts.append(obs)
+                done = terminated or truncated
+    finally:
+        env.close()
+    return texts
+
+
+@dataclass
+class WarmupExample:
+    """One prompt of random play and the actions valid there."""
+
+    prompt_ids: list[int]
+    valid_actions: list[str]
+
+
+def collect_prompts(task: str, make_memory: Callable[[], Any], *, episodes: int, seed: int,
+                    env_kwargs: dict[str, Any] | None = None) -> list[WarmupExample]:
+    """Prompts exactly as the memory renders them in training, from uniformly random play."""
+    rng = random.Random(seed)
+    env = make_env(task, **(env_kwargs or {}))
+    out: list[WarmupExample] = []
+    try:
+        for ep in range(episodes):
+            memory = make_memory()
+            obs, info = env.reset(seed=seed + ep)
+            memory.start_episode(info["instruction"], obs)
+            done = False
+            while not done:
+                out.append(WarmupExample(memory.prompt_ids()[0], list(info["valid_actions"])))
+                reply = format_reply(rng.choice(info["valid_actions"]))
+                obs, _, terminated, truncated, info = env.step(reply)
+                done = terminated or truncated
+                if not done:
+                    memory.add_turn(reply, obs)
+    finally:
+        env.close()
+    return out
+
+
+def format_warmup(model: torch.nn.Module, encode: Callable[[str], list[int]], eos_id: int, pad_id: int,
+                  examples: list[WarmupExample], *, steps: int, batch_size: int, lr: float,
+                  seed: int) -> list[float]:
+    """Supervised steps on ``ACTION: <random valid action><eos>`` targets; trains ``model`` in place.
+
+    Returns:
+        The per-step mean negative log-likelihood of the target tokens (nats/token).
+    Raises:
+        ValueError: no examples.
+    """
+    if not examples:
+        raise ValueError("format_warmup: no prompts collected")
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        picked = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
+        targets = [encode(format_reply(rng.choice(ex.valid_actions))) + [eos_id] for ex in picked]
+        R = max(len(t) for t in targets)
+        P = max(len(ex.prompt_ids) for ex in picked)
+        prompt_ids = torch.full((batch_size, P), pad_id, dtype=torch.long)
+        response_ids = torch.full((batch_size, R), pad_id, dtype=torch.long)
+        response_mask = torch.zeros((batch_size, R), dtype=torch.bool)
+        for i, (ex, tgt) in enumerate(zip(picked, targets)):
+            prompt_ids[i, : len(ex.prompt_ids)] = torch.tensor(ex.prompt_ids)
+            response_ids[i, : len(tgt)] = torch.tensor(tgt)
+            response_mask[i, : len(tgt)] = True
+        lengths = torch.tensor([len(ex.prompt_ids) for ex in picked])
+        rows = pack_rows(prompt_ids, lengths, response_ids, response_mask, pad_id)
+        logprobs, _ = policy_outputs(model, rows)
+        loss = -(logprobs * rows.response_mask).sum() / rows.response_mask.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
