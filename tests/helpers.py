@@ -82,3 +82,15 @@ class ScriptedEngine:
 
     def load_weights(self, named_tensors) -> None:  # pragma: no cover - not used by these tests
         raise NotImplementedError
+
+
+COLORS = ["red", "green", "blue", "purple", "yellow", "grey"]
+OBJECTS = ["ball", "box", "key", "door"]
+
+
+def small_corpus() -> list[str]:
+    """A few hundred short BabyAI-like strings, deterministic (a tokenizer corpus for tests)."""
+    texts = [f"go to the {c} {o}" for c in COLORS for o in OBJECTS]
+    texts += [f"You see a {c} {o} {n} steps {d}." for c in COLORS for o in OBJECTS
+              for n in (1, 2, 3) for d in ("forward", "left", "right")]
+    return texts + ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]

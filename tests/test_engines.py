@@ -15,20 +15,11 @@ import time
 import pytest
 import torch
 
+from helpers import COLORS, OBJECTS, small_corpus
 from verlog.models import build_tiny_model, causal_lm_logits, load_actor, load_tokenizer
 from verlog.rollout import Generation, HFEngine, RolloutEngine, SamplingParams
 
 torch.set_num_threads(1)
-
-COLORS = ["red", "green", "blue", "purple", "yellow", "grey"]
-OBJECTS = ["ball", "box", "key", "door"]
-
-
-def small_corpus() -> list[str]:
-    texts = [f"go to the {c} {o}" for c in COLORS for o in OBJECTS]
-    texts += [f"You see a {c} {o} {n} steps {d}." for c in COLORS for o in OBJECTS
-              for n in (1, 2, 3) for d in ("forward", "left", "right")]
-    return texts + ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
 
 
 def perturb(model, scale: float, seed: int) -> None:

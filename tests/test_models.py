@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from helpers import small_corpus
 import verlog.models as vm
 from verlog.models import (
     ModelLoadError,
@@ -25,17 +26,6 @@ from verlog.models import (
 
 torch.set_num_threads(1)
 
-COLORS = ["red", "green", "blue", "purple", "yellow", "grey"]
-OBJECTS = ["ball", "box", "key", "door"]
-
-
-def small_corpus() -> list[str]:
-    """A few hundred short BabyAI-like strings, deterministic."""
-    texts = [f"go to the {c} {o}" for c in COLORS for o in OBJECTS]
-    texts += [f"You see a {c} {o} {n} steps {d}." for c in COLORS for o in OBJECTS
-              for n in (1, 2, 3) for d in ("forward", "left", "right")]
-    texts += ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
-    return texts
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ class MetricLogger:
             self._wandb.log({k: v for k, v in line.items() if v is not None}, step=int(metrics["iteration"]))
         postfix = {}
         for key, label, fmt in (("turns_per_second", "turns/s", "{:.0f}"),
-                                ("episode/success", "success", "{:.2f}"),
+                                ("episode/success_recent100", "success(last 100)", "{:.2f}"),
                                 ("episode/return", "return", "{:.2f}"),
                                 ("critic/explained_variance", "EV", "{:.2f}")):
             value = line.get(key)

@@ -30,6 +30,7 @@ import torch
 from verlog import distributed as D
 from verlog.algos.gae import dual_discount_gae
 from verlog.algos.losses import kl_penalty, ppo_policy_loss, value_loss
+from verlog.algos.rewards import token_rewards
 from verlog.algos.stats import explained_variance, masked_whiten
 from verlog.batch import TurnBatch
 from verlog.config import TrainConfig, save_config, to_dict
@@ -123,11 +124,14 @@ class Trainer:
         self.sampling = SamplingParams(max_tokens=cfg.rollout.max_response_tokens,
                                        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                        top_k=cfg.rollout.top_k)
-        self.venv = make_vector_env(cfg.env.task, cfg.env.num_envs, seed=cfg.seed * 100_003 + self.rank * 1009,
-                                    mode=cfg.env.vector_mode, env_kwargs=self.env_kwargs)
+        # A resumed run starts its environments from fresh seeds (the in-flight episodes of the
+        # interrupted run are not restored), so it does not replay the first run's episodes.
+        env_seed = cfg.seed * 100_003 + self.rank * 1009 + self.start_iteration * 7919
+        self.venv = make_vector_env(cfg.env.task, cfg.env.num_envs, seed=env_seed, mode=cfg.env.vector_mode,
+                                    env_kwargs=self.env_kwargs)
         self.collector = FixedTurnCollector(
             self.venv, [self.make_memory() for _ in range(cfg.env.num_envs)], self.engine, self.decode,
-            self.sampling, cfg.rollout.turns_per_env, self.pad_id, seed=cfg.seed * 100_003 + self.rank * 1009)
+            self.sampling, cfg.rollout.turns_per_env, self.pad_id, seed=env_seed)
         self._recent_success: deque[float] = deque(maxlen=100)
         self._turns_done = self.start_iteration * self.turns_per_batch * self.world
         self._update_rng = torch.Generator().manual_seed(cfg.seed + 7 * self.rank + self.start_iteration)
@@ -236,15 +240,12 @@ class Trainer:
         """Token rewards, dual-discount GAE, then advantage whitening over all ranks' valid tokens."""
         cfg = self.cfg
         mask = batch.response_mask
-        last = (batch.response_lengths - 1).clamp(min=0)
-        token_rewards = torch.zeros_like(batch.values)
-        token_rewards.scatter_(2, last.unsqueeze(-1), batch.rewards.unsqueeze(-1))
+        kl = None
         if cfg.ppo.kl_coef > 0 and cfg.ppo.kl_in_reward:
             kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, cfg.ppo.kl_kind)
-            token_rewards = token_rewards - cfg.ppo.kl_coef * kl * mask
-        batch.token_rewards = token_rewards
+        batch.token_rewards = token_rewards(batch.rewards, mask, kl, cfg.ppo.kl_coef)
         g = cfg.gae
-        adv, ret = dual_discount_gae(token_rewards, batch.values, mask, batch.terminated, batch.truncated,
+        adv, ret = dual_discount_gae(batch.token_rewards, batch.values, mask, batch.terminated, batch.truncated,
                                      batch.bootstrap_values, g.gamma_step, g.lam_step, g.gamma_token, g.lam_token)
         batch.returns = ret
         batch.advantages = masked_whiten(adv, mask, reduce_fn=D.all_reduce_sum) if g.whiten_advantages else adv
@@ -286,15 +287,15 @@ class Trainer:
                                                     loss_normalizer=n_tok)
                         ent_sum = (ent * m).sum()
                         loss = pg - cfg.entropy_coef * ent_sum / n_tok
+                        w = float(m.sum())
                         if kl_loss_on:
-                            kl = (kl_penalty(logp, ref_lp[mi], cfg.kl_kind) * m).sum() / n_tok
-                            loss = loss + cfg.kl_coef * kl
-                            add("actor/kl_ref", float(kl) * n_tok, 1.0)
+                            kl_sum = (kl_penalty(logp, ref_lp[mi], cfg.kl_kind) * m).sum()
+                            loss = loss + cfg.kl_coef * kl_sum / n_tok
+                            add("actor/kl_ref", kl_sum.item() / max(w, 1.0), w)
                         self.actor.backward(loss, scale_wrt_gas=False)
                         self.actor.step()
-                        w = float(m.sum())
-                        add("actor/pg_loss", float(pg) * n_tok / max(w, 1.0), w)
-                        add("actor/entropy", float(ent_sum) / max(w, 1.0), w)
+                        add("actor/pg_loss", pg.item() * n_tok / max(w, 1.0), w)
+                        add("actor/entropy", ent_sum.item() / max(w, 1.0), w)
                         for key in ("clip_fraction", "approx_kl", "ratio_mean"):
                             if key in stats:
                                 add(f"actor/{key}", float(stats[key]), w)
@@ -312,7 +313,7 @@ class Trainer:
                     self.critic.backward(cfg.value_coef * vl, scale_wrt_gas=False)
                     self.critic.step()
                     w = float(m.sum())
-                    add("critic/value_loss", float(vl) * n_tok / max(w, 1.0), w)
+                    add("critic/value_loss", vl.item() * n_tok / max(w, 1.0), w)
                     add("critic/value_clip_fraction", float(vstats["value_clip_fraction"]), w)
                 add("critic/grad_norm", _grad_norm(self.critic), 1.0)
         self.actor.eval()

@@ -1,0 +1,78 @@
+"""Scoring rows: response-token logprobs and values sit at the right sequence positions."""
+
+import pytest
+import torch
+
+from verlog.models import build_tiny_model, load_actor, load_critic
+from verlog.scoring import batched, critic_outputs, pack_prompts, pack_rows, policy_outputs, response_positions
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    corpus = [f"turn {i} left right forward" for i in range(50)]
+    path = build_tiny_model(tmp_path_factory.mktemp("tiny"), corpus, vocab_size=300, hidden_size=64, num_heads=1,
+                            intermediate_size=64)
+    actor = load_actor(path).eval()
+    critic = load_critic(path, value_head_init_std=0.5).eval()
+    return actor, critic
+
+
+def _example():
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    responses = [[20, 21], [22, 23, 24], [25]]
+    P, R = 4, 3
+    prompt_ids = torch.zeros(3, P, dtype=torch.long)
+    response_ids = torch.zeros(3, R, dtype=torch.long)
+    mask = torch.zeros(3, R, dtype=torch.bool)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        prompt_ids[i, : len(p)] = torch.tensor(p)
+        response_ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = True
+    rows = pack_rows(prompt_ids, torch.tensor([len(p) for p in prompts]), response_ids, mask, pad_id=0)
+    return prompts, responses, rows
+
+
+def test_pack_rows_concatenates_and_right_pads():
+    prompts, responses, rows = _example()
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        n = len(p) + len(r)
+        assert rows.input_ids[i, :n].tolist() == p + r
+        assert rows.attention_mask[i].tolist() == [1] * n + [0] * (rows.input_ids.shape[1] - n)
+    assert response_positions(rows)[0].tolist() == [2, 3, 4]  # p - 1 + k
+
+
+def test_logprobs_and_values_match_unpadded_forward(models):
+    actor, critic = models
+    prompts, responses, rows = _example()
+    with torch.no_grad():
+        logprobs, entropy = policy_outputs(actor, rows, with_entropy=True)
+        values = critic_outputs(critic, rows)
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            seq = torch.tensor([p + r])
+            logits = actor(input_ids=seq).logits[0].log_softmax(-1)
+            for k, tok in enumerate(r):
+                assert logprobs[i, k] == pytest.approx(float(logits[len(p) - 1 + k, tok]), abs=1e-5)
+            v = critic(input_ids=seq).logits[0, :, 0]
+            for k in range(len(r)):  # V_k: value of the state before response token k
+                assert values[i, k] == pytest.approx(float(v[len(p) - 1 + k]), abs=1e-5)
+    assert entropy.shape == logprobs.shape and bool((entropy[rows.response_mask] > 0).all())
+
+
+def test_bootstrap_prompt_value_is_the_last_prompt_token(models):
+    _, critic = models
+    prompts = [[5, 6, 7], [8, 9]]
+    rows = pack_prompts(prompts, pad_id=0)
+    with torch.no_grad():
+        v = critic_outputs(critic, rows)[:, 0]
+        for i, p in enumerate(prompts):
+            assert v[i] == pytest.approx(float(critic(input_ids=torch.tensor([p])).logits[0, -1, 0]), abs=1e-5)
+
+
+def test_batched_restores_row_order(models):
+    actor, _ = models
+    _, _, rows = _example()
+    full = policy_outputs(actor, rows)[0].detach()
+    assert torch.allclose(batched(lambda r: policy_outputs(actor, r)[0], rows, 1), full, atol=1e-5)
+    assert torch.allclose(batched(lambda r: policy_outputs(actor, r)[0], rows, 2), full, atol=1e-5)
