@@ -125,3 +125,39 @@ def test_vllm_rollouts_match_the_trainer_after_every_weight_sync(tmp_path):
     assert len(rows) == 3
     # behaviour logprobs come from vLLM, old logprobs from the DeepSpeed actor: after each sync they agree
     assert all(r["rollout/behaviour_vs_old_logprob_max_abs"] < 1e-3 for r in rows)
+
+
+def test_zero3_with_reference_kl_entropy_and_kl_early_stop(tmp_path):
+    args = [a for a in SMALL if not a.startswith(("checkpoint_every", "logging.dump"))] + [
+        "deepspeed.zero_stage=3", "ppo.kl_coef=0.05", "ppo.entropy_coef=0.001", "ppo.target_kl=1e-12",
+        "ppo.epochs=2", f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=z3",
+        "eval.baseline=false"]
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *args],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_metrics(tmp_path / "z3" / "metrics.jsonl")
+    ppo_rows = [r for r in rows if r["phase"] == "ppo"]
+    assert all("actor/kl_ref" in r for r in ppo_rows)
+    # a target KL this small stops the actor after its first minibatch
+    assert all(r["actor/early_stopped"] == 1.0 for r in ppo_rows)
+    ckpt = tmp_path / "z3" / "checkpoints" / "iter_000003"
+    from verlog.models import load_actor
+
+    actor = load_actor(ckpt / "actor")  # ZeRO-3 parameters were gathered into a complete HF checkpoint
+    assert sum(p.numel() for p in actor.parameters()) > 10_000
+
+
+def test_kl_in_reward_runs(tmp_path):
+    args = [a for a in SMALL if not a.startswith(("checkpoint_every", "logging.dump"))] + [
+        "ppo.kl_coef=0.05", "ppo.kl_in_reward=true", f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}",
+        "name=klr", "eval.baseline=false", "logging.dump_batch_every=3"]
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *args],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from verlog.batch import TurnBatch
+
+    batch = TurnBatch.load(tmp_path / "klr" / "batches" / "iter_000003.pt")
+    # with the KL in the reward, non-final response tokens carry a (generally non-zero) penalty
+    inner = batch.response_mask.clone()
+    inner.scatter_(2, (batch.response_lengths - 1).unsqueeze(-1), False)
+    assert batch.ref_logprobs is not None and bool((batch.token_rewards[inner] != 0).any())
