@@ -93,10 +93,8 @@ def eval_main(argv: list[str] | None = None) -> None:
     except ConfigError as err:
         _fail(str(err))
     _quiet_libraries()
-    from verlog.evaluate import evaluate
-    from verlog.memory import WindowMemory
+    from verlog.builders import evaluate_config
     from verlog.models import ModelLoadError, load_tokenizer
-    from verlog.rollout.engine import SamplingParams
     from verlog.rollout.hf import HFEngine
 
     try:
@@ -104,16 +102,7 @@ def eval_main(argv: list[str] | None = None) -> None:
         engine = HFEngine(cfg.model.path, tokenizer, seed=cfg.seed)
     except ModelLoadError as err:
         _fail(str(err).splitlines()[0])
-    m, r = cfg.memory, cfg.rollout
-    result = evaluate(
-        engine, lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True),
-        lambda: WindowMemory(tokenizer, history_turns=m.history_turns, max_prompt_tokens=m.max_prompt_tokens,
-                             reply_hint=m.reply_hint),
-        task=cfg.env.task, episodes=cfg.eval.episodes, seed=cfg.eval.seed, num_envs=cfg.eval.num_envs,
-        sampling=SamplingParams(max_tokens=r.max_response_tokens, greedy=cfg.eval.greedy, temperature=r.temperature,
-                                top_p=r.top_p, top_k=r.top_k),
-        env_kwargs=cfg.env.env_kwargs(),
-    )
+    result = evaluate_config(cfg, engine, tokenizer, greedy=cfg.eval.greedy)
     print(json.dumps(result.summary()))
 
 

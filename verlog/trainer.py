@@ -35,12 +35,11 @@ from verlog.algos.stats import explained_variance, masked_whiten
 from verlog.batch import TurnBatch
 from verlog.config import TrainConfig, save_config, to_dict
 from verlog.envs.vector import make_vector_env
-from verlog.evaluate import EvalResult, evaluate
+from verlog.builders import decoder, evaluate_config, memory_factory, sampling_params
+from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
-from verlog.memory import WindowMemory
 from verlog.models import build_tiny_model, load_actor, load_critic, load_tokenizer
 from verlog.rollout.collector import CollectStats, FixedTurnCollector
-from verlog.rollout.engine import SamplingParams
 from verlog.scoring import Rows, batched, critic_outputs, pack_prompts, pack_rows, policy_outputs
 from verlog.warmup import collect_prompts, env_corpus, format_warmup
 
@@ -89,6 +88,8 @@ class Trainer:
 
         base_path = self._base_model_path()
         self.tokenizer = load_tokenizer(base_path)
+        self.make_memory = memory_factory(cfg.memory, self.tokenizer)
+        self.decode = decoder(self.tokenizer)
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.eos_id = int(self.tokenizer.eos_token_id)
 
@@ -121,9 +122,7 @@ class Trainer:
             self.ref = load_actor(actor_path, dtype=dtype).to(D.device()).eval().requires_grad_(False)
 
         self.engine = self._make_rollout_engine(actor_path)
-        self.sampling = SamplingParams(max_tokens=cfg.rollout.max_response_tokens,
-                                       temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                       top_k=cfg.rollout.top_k)
+        self.sampling = sampling_params(cfg.rollout)
         # A resumed run starts its environments from fresh seeds (the in-flight episodes of the
         # interrupted run are not restored), so it does not replay the first run's episodes.
         env_seed = cfg.seed * 100_003 + self.rank * 1009 + self.start_iteration * 7919
@@ -146,15 +145,6 @@ class Trainer:
     def env_kwargs(self) -> dict[str, Any]:
         return self.cfg.env.env_kwargs()
 
-    def make_memory(self) -> WindowMemory:
-        """A fresh per-environment memory configured as in this run."""
-        m = self.cfg.memory
-        return WindowMemory(self.tokenizer, history_turns=m.history_turns, max_prompt_tokens=m.max_prompt_tokens,
-                            reply_hint=m.reply_hint)
-
-    def decode(self, ids: list[list[int]]) -> list[str]:
-        """Response ids -> reply text for the environment (special tokens dropped)."""
-        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
     def _base_model_path(self) -> str | Path:
         cfg = self.cfg
@@ -368,12 +358,7 @@ class Trainer:
 
     def run_eval(self, label: str, *, greedy: bool) -> EvalResult:
         """Evaluate the rollout engine's current policy on ``eval.episodes`` fixed seeds."""
-        e = self.cfg.eval
-        sampling = SamplingParams(max_tokens=self.cfg.rollout.max_response_tokens, greedy=greedy,
-                                  temperature=self.cfg.rollout.temperature, top_p=self.cfg.rollout.top_p,
-                                  top_k=self.cfg.rollout.top_k)
-        result = evaluate(self.engine, self.decode, self.make_memory, task=self.cfg.env.task, episodes=e.episodes,
-                          seed=e.seed, num_envs=e.num_envs, sampling=sampling, env_kwargs=self.env_kwargs)
+        result = evaluate_config(self.cfg, self.engine, self.tokenizer, greedy=greedy)
         self.eval_results.setdefault(label, {})["greedy" if greedy else "sampled"] = result.summary()
         return result
 

@@ -1,0 +1,36 @@
+"""Components built from a :class:`~verlog.config.TrainConfig`, shared by training and ``verlog-eval``."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from verlog.config import MemoryConfig, RolloutConfig, TrainConfig
+from verlog.evaluate import EvalResult, evaluate
+from verlog.memory import WindowMemory
+from verlog.rollout.engine import RolloutEngine, SamplingParams
+
+
+def memory_factory(memory: MemoryConfig, tokenizer: Any) -> Callable[[], WindowMemory]:
+    """A callable making a fresh per-environment memory as configured."""
+    return lambda: WindowMemory(tokenizer, history_turns=memory.history_turns,
+                                max_prompt_tokens=memory.max_prompt_tokens, reply_hint=memory.reply_hint)
+
+
+def sampling_params(rollout: RolloutConfig, *, greedy: bool = False) -> SamplingParams:
+    """Decoding parameters of training rollouts (or greedy decoding with the same token limit)."""
+    return SamplingParams(max_tokens=rollout.max_response_tokens, greedy=greedy, temperature=rollout.temperature,
+                          top_p=rollout.top_p, top_k=rollout.top_k)
+
+
+def decoder(tokenizer: Any) -> Callable[[list[list[int]]], list[str]]:
+    """Response ids -> reply text for the environment (special tokens dropped)."""
+    return lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+
+def evaluate_config(cfg: TrainConfig, engine: RolloutEngine, tokenizer: Any, *, greedy: bool) -> EvalResult:
+    """Fixed-seed evaluation of ``engine``'s policy on ``cfg.env.task`` with the run's memory and
+    decoding limits (``cfg.eval``: episodes, first seed, parallel envs)."""
+    e = cfg.eval
+    return evaluate(engine, decoder(tokenizer), memory_factory(cfg.memory, tokenizer), task=cfg.env.task,
+                    episodes=e.episodes, seed=e.seed, num_envs=e.num_envs,
+                    sampling=sampling_params(cfg.rollout, greedy=greedy), env_kwargs=cfg.env.env_kwargs())
