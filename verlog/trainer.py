@@ -93,16 +93,18 @@ class Trainer:
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.eos_id = int(self.tokenizer.eos_token_id)
 
+        # The initial policy: the KL reference, and where a fresh run's actor and critic start.
+        initial_path = self.run_dir / "format_warmup" if cfg.format_warmup.steps > 0 else base_path
         if resume_from is not None:
-            actor_path = critic_path = None
             actor_path, critic_path = resume_from / "actor", resume_from / "critic"
             state = json.loads((resume_from / "trainer_state.json").read_text())
             self.start_iteration = int(state["iteration"])
             self.eval_results = state.get("eval_results", {})
         else:
-            actor_path = self._format_warmup(base_path) if cfg.format_warmup.steps > 0 else base_path
+            if cfg.format_warmup.steps > 0:
+                self._format_warmup(base_path, initial_path)
+            actor_path = initial_path
             critic_path = cfg.model.critic_path or actor_path
-        self.actor_path = actor_path
         dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
 
         n_micro = math.ceil(self.turns_per_batch // cfg.ppo.minibatches / cfg.ppo.micro_batch_size)
@@ -119,7 +121,7 @@ class Trainer:
             self.critic.load_checkpoint(str(resume_from / "ds"), tag="critic")
         self.ref = None
         if cfg.ppo.kl_coef > 0:
-            self.ref = load_actor(actor_path, dtype=dtype).to(D.device()).eval().requires_grad_(False)
+            self.ref = load_actor(initial_path, dtype=dtype).to(D.device()).eval().requires_grad_(False)
 
         self.engine = self._make_rollout_engine(actor_path)
         self.sampling = sampling_params(cfg.rollout)
@@ -161,9 +163,9 @@ class Trainer:
         self._barrier()
         return out
 
-    def _format_warmup(self, base_path: str | Path) -> Path:
+    def _format_warmup(self, base_path: str | Path, out: Path) -> None:
+        """Teach the reply format to the base model and save the result to ``out`` (rank 0)."""
         cfg, fw = self.cfg, self.cfg.format_warmup
-        out = self.run_dir / "format_warmup"
         if D.is_main():
             tic = time.perf_counter()
             model = load_actor(base_path)
@@ -183,7 +185,6 @@ class Trainer:
                   f"{losses[0]:.3f} -> {losses[-1]:.3f} nats/token ({self._phase_times['format_warmup_seconds']:.1f} s)",
                   flush=True)
         self._barrier()
-        return out
 
     def _make_rollout_engine(self, path: str | Path) -> Any:
         if self.cfg.rollout.engine == "vllm":
