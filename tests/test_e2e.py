@@ -18,14 +18,27 @@ SMALL = [
 ]
 
 
+def train(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run ``verlog-train tiny <args>`` in a subprocess and check it succeeded."""
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *args],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def short_run(tmp_path, name: str, *extra: str) -> list[dict]:
+    """A 3-iteration run without checkpoints between iterations; returns its metrics rows."""
+    args = [a for a in SMALL if not a.startswith(("checkpoint_every", "logging.dump"))]
+    train(*args, f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", f"name={name}",
+          "eval.baseline=false", *extra)
+    return read_metrics(tmp_path / name / "metrics.jsonl")
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     args = SMALL + [f"run_root={root}", f"model.cache_dir={root / 'cache'}", "name=e2e"]
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *args],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return root / "e2e", args, proc
+    return root / "e2e", args, train(*args)
 
 
 def test_run_directory_contents(run):
@@ -70,10 +83,7 @@ def test_checkpoints_are_hf_directories_with_safetensors(run):
 
 def test_resume_continues_from_the_newest_checkpoint(run):
     run_dir, args, _ = run
-    more = [a for a in args if not a.startswith("iterations=")] + ["iterations=4", f"resume={run_dir}"]
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *more],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    train(*[a for a in args if not a.startswith("iterations=")], "iterations=4", f"resume={run_dir}")
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
     assert rows[-1]["turns"] == 64
@@ -115,27 +125,15 @@ def test_recipe_defaults_are_the_documented_main_job():
 
 def test_vllm_rollouts_match_the_trainer_after_every_weight_sync(tmp_path):
     pytest.importorskip("vllm")
-    args = [a for a in SMALL if not a.startswith(("checkpoint_every", "logging.dump"))] + [
-        "rollout.engine=vllm", f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=v",
-        "eval.baseline=false"]
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *args],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = read_metrics(tmp_path / "v" / "metrics.jsonl")
+    rows = short_run(tmp_path, "v", "rollout.engine=vllm")
     assert len(rows) == 3
     # behaviour logprobs come from vLLM, old logprobs from the DeepSpeed actor: after each sync they agree
     assert all(r["rollout/behaviour_vs_old_logprob_max_abs"] < 1e-3 for r in rows)
 
 
 def test_zero3_with_reference_kl_entropy_and_kl_early_stop(tmp_path):
-    args = [a for a in SMALL if not a.startswith(("checkpoint_every", "logging.dump"))] + [
-        "deepspeed.zero_stage=3", "ppo.kl_coef=0.05", "ppo.entropy_coef=0.001", "ppo.target_kl=1e-12",
-        "ppo.epochs=2", f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=z3",
-        "eval.baseline=false"]
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *args],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = read_metrics(tmp_path / "z3" / "metrics.jsonl")
+    rows = short_run(tmp_path, "z3", "deepspeed.zero_stage=3", "ppo.kl_coef=0.05", "ppo.entropy_coef=0.001",
+                     "ppo.target_kl=1e-12", "ppo.epochs=2")
     ppo_rows = [r for r in rows if r["phase"] == "ppo"]
     assert all("actor/kl_ref" in r for r in ppo_rows)
     # a target KL this small stops the actor after its first minibatch
@@ -148,12 +146,7 @@ def test_zero3_with_reference_kl_entropy_and_kl_early_stop(tmp_path):
 
 
 def test_kl_in_reward_runs(tmp_path):
-    args = [a for a in SMALL if not a.startswith(("checkpoint_every", "logging.dump"))] + [
-        "ppo.kl_coef=0.05", "ppo.kl_in_reward=true", f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}",
-        "name=klr", "eval.baseline=false", "logging.dump_batch_every=3"]
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *args],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    short_run(tmp_path, "klr", "ppo.kl_coef=0.05", "ppo.kl_in_reward=true", "logging.dump_batch_every=3")
     from verlog.batch import TurnBatch
 
     batch = TurnBatch.load(tmp_path / "klr" / "batches" / "iter_000003.pt")

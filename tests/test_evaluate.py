@@ -45,3 +45,21 @@ def test_rejects_bad_counts(tokenizer):
     with pytest.raises(ValueError, match="positive"):
         evaluate(ScriptedEngine(tokenizer, []), lambda ids: [], lambda: None, task=COUNT_TASK, episodes=0, seed=0,
                  num_envs=1, sampling=SamplingParams())
+
+
+class _RecordingEngine(ScriptedEngine):
+    def __init__(self, tokenizer, script):
+        super().__init__(tokenizer, script)
+        self.seeds = []
+
+    def generate(self, prompts, params):
+        self.seeds.append(params.seed)
+        return super().generate(prompts, params)
+
+
+def test_seeded_sampling_gives_each_turn_its_own_seed(tokenizer):
+    engine = _RecordingEngine(tokenizer, [["ACTION: wait"]] * 10)
+    evaluate(engine, lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True),
+             lambda: WindowMemory(tokenizer, history_turns=0), task=COUNT_TASK, episodes=1, seed=0, num_envs=1,
+             sampling=SamplingParams(max_tokens=8, seed=500), env_kwargs={"max_steps": 3})
+    assert engine.seeds == [500, 501, 502]

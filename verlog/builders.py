@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 from verlog.config import MemoryConfig, RolloutConfig, TrainConfig
@@ -29,8 +30,11 @@ def decoder(tokenizer: Any) -> Callable[[list[list[int]]], list[str]]:
 
 def evaluate_config(cfg: TrainConfig, engine: RolloutEngine, tokenizer: Any, *, greedy: bool) -> EvalResult:
     """Fixed-seed evaluation of ``engine``'s policy on ``cfg.env.task`` with the run's memory and
-    decoding limits (``cfg.eval``: episodes, first seed, parallel envs)."""
+    decoding limits (``cfg.eval``: episodes, first seed, parallel envs); sampled decoding is seeded
+    from ``cfg.eval.seed``, so the result is reproducible."""
     e = cfg.eval
+    # Seeded sampling: evaluating never shifts the training rollouts' random stream.
+    sampling = replace(sampling_params(cfg.rollout, greedy=greedy), seed=e.seed)
     return evaluate(engine, decoder(tokenizer), memory_factory(cfg.memory, tokenizer), task=cfg.env.task,
-                    episodes=e.episodes, seed=e.seed, num_envs=e.num_envs,
-                    sampling=sampling_params(cfg.rollout, greedy=greedy), env_kwargs=cfg.env.env_kwargs())
+                    episodes=e.episodes, seed=e.seed, num_envs=e.num_envs, sampling=sampling,
+                    env_kwargs=cfg.env.env_kwargs())

@@ -8,7 +8,7 @@ training, so evaluation sees the prompts the policy was trained on.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 from verlog.envs import make_env
@@ -68,7 +68,9 @@ def evaluate(
         engine: the policy's rollout engine.
         decode: token ids -> reply text.
         make_memory: builds a fresh per-environment memory (as in training).
-        sampling: greedy (``SamplingParams(greedy=True)``) or sampled decoding.
+        sampling: greedy (``SamplingParams(greedy=True)``) or sampled decoding. With ``sampling.seed``
+            set, turn j of the evaluation samples with seed ``sampling.seed + j``: the result is then
+            reproducible and the engine's own sampling stream (used by training rollouts) is untouched.
     Raises:
         ValueError: ``episodes`` or ``num_envs`` is not positive.
     """
@@ -91,11 +93,14 @@ def evaluate(
 
     for slot in range(slots):
         start(slot)
+    turn = 0
     try:
         while active:
             order = sorted(active)
             prompts = [memories[s].prompt_ids()[0] for s in order]
-            gens = engine.generate(prompts, sampling)
+            params = sampling if sampling.seed is None else replace(sampling, seed=sampling.seed + turn)
+            gens = engine.generate(prompts, params)
+            turn += 1
             replies = decode([g.token_ids for g in gens])
             for slot, reply in zip(order, replies):
                 obs, reward, terminated, truncated, info = envs[slot].step(reply)
