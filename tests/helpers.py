@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from verlog.envs.base import TextEnv
-from verlog.envs.registry import list_envs, register
+from verlog.envs.registry import is_registered, register
 from verlog.rollout.engine import Generation, SamplingParams
 
 COUNT_TASK = "test/count"
@@ -50,7 +50,7 @@ class CountGame(TextEnv):
         return 1.0 if self._ended else 0.0
 
 
-if COUNT_TASK not in list_envs():
+if not is_registered(COUNT_TASK):
     register(COUNT_TASK, CountGame)
 
 COUNT_CORPUS = ["Say wait or end.", "Observation:\n", "Current observation:\n", "ACTION: wait", "ACTION: end",

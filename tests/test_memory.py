@@ -107,6 +107,24 @@ def test_reply_hint_follows_current_observation(tok):
     assert mem.render_messages()[-1]["content"].endswith("forward.\n\nAnswer as ACTION: <action>.")
 
 
+def test_context_is_shown_with_the_current_observation_only(tok):
+    mem = WindowMemory(tok, history_turns=2, reply_hint="Hint.")
+    mem.start_episode(INSTRUCTION, "obs A", context="Inventory: wood 1")
+    assert mem.render_messages()[-1]["content"] == "Current observation:\nobs A\n\nInventory: wood 1\n\nHint."
+    mem.add_turn("ACTION: Do", "obs B", context="Inventory: wood 2")
+    messages = mem.render_messages()
+    # the history keeps the observation without its (stale) context
+    assert messages[1]["content"] == "Observation:\nobs A"
+    assert "wood 1" not in "".join(m["content"] for m in messages)
+    assert messages[-1]["content"] == "Current observation:\nobs B\n\nInventory: wood 2\n\nHint."
+    mem.add_turn("ACTION: Noop", "obs C")  # no context: nothing appended
+    assert mem.render_messages()[-1]["content"] == "Current observation:\nobs C\n\nHint."
+    state = json.loads(json.dumps(mem.state_dict()))
+    other = WindowMemory(tok, history_turns=2, reply_hint="Hint.")
+    other.load_state_dict(state)
+    assert other.prompt_ids() == mem.prompt_ids()
+
+
 def test_start_episode_clears_history(tok):
     mem = WindowMemory(tok, history_turns=2)
     play(mem, 4)

@@ -87,7 +87,7 @@ def evaluate(
         nonlocal next_episode
         ep_seed = seed + next_episode
         obs, info = envs[slot].reset(seed=ep_seed)
-        memories[slot].start_episode(info["instruction"], obs)
+        memories[slot].start_episode(info["instruction"], obs, info["context"])
         active[slot] = {"episode": next_episode, "seed": ep_seed, "return": 0.0, "length": 0, "invalid": 0}
         next_episode += 1
 
@@ -115,7 +115,7 @@ def evaluate(
                     if next_episode < episodes:
                         start(slot)
                 else:
-                    memories[slot].add_turn(reply, obs)
+                    memories[slot].add_turn(reply, obs, info["context"])
     finally:
         for env in envs:
             env.close()

@@ -22,7 +22,7 @@ from typing import Any
 
 __all__ = ["PromptStats", "WindowMemory"]
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 _ELLIPSIS = " …"
 _OBS_PREFIX = "Observation:\n"
 _CURRENT_PREFIX = "Current observation:\n"
@@ -55,8 +55,11 @@ class WindowMemory:
     * ``system``: the episode's instruction;
     * for each of the last ``history_turns`` turns, oldest first: ``user`` = ``"Observation:\\n"``
       + the observation the agent saw, then ``assistant`` = the agent's reply to it;
-    * ``user`` = ``"Current observation:\\n"`` + the current observation (+ ``"\\n\\n"`` +
-      ``reply_hint`` when given).
+    * ``user`` = ``"Current observation:\\n"`` + the current observation (+ ``"\\n\\n"`` + the
+      current-only ``context`` when non-empty) (+ ``"\\n\\n"`` + ``reply_hint`` when given).
+
+    The ``context`` (BALROG's short-term context: inventory, vitals) describes the present only, so it
+    is shown with the current observation and never stored in the history.
 
     The chat template is applied with ``add_generation_prompt=True``, so the prompt ends with the
     assistant header. Only the last ``history_turns`` turns are stored (O(k) memory for episodes
@@ -108,6 +111,7 @@ class WindowMemory:
         self._special_tokens = _special_token_strings(tokenizer)
         self._instruction: str | None = None
         self._observation: str | None = None
+        self._context = ""
         self._history: deque[tuple[str, str]] = deque(maxlen=history_turns)
         self._num_turns = 0
         self._cache: tuple[list[dict[str, str]], list[int], PromptStats] | None = None
@@ -119,8 +123,8 @@ class WindowMemory:
         """Turns recorded with :meth:`add_turn` since the last :meth:`start_episode`."""
         return self._num_turns
 
-    def start_episode(self, instruction: str, observation: str) -> None:
-        """Begin a new episode: forget all history; ``observation`` becomes current.
+    def start_episode(self, instruction: str, observation: str, context: str = "") -> None:
+        """Begin a new episode: forget all history; ``observation`` (with ``context``) becomes current.
 
         Raises:
             TypeError: a non-str argument.
@@ -128,14 +132,18 @@ class WindowMemory:
         """
         self._check_text("instruction", instruction)
         self._check_text("observation", observation)
+        self._check_text("context", context)
         self._instruction = instruction
         self._observation = observation
+        self._context = context
         self._history.clear()
         self._num_turns = 0
         self._cache = None
 
-    def add_turn(self, reply: str, next_observation: str) -> None:
+    def add_turn(self, reply: str, next_observation: str, context: str = "") -> None:
         """Record the agent's ``reply`` to the current observation; ``next_observation`` becomes current.
+
+        The previous observation enters the history without its context; ``context`` is the new one's.
 
         Raises:
             RuntimeError: called before :meth:`start_episode`.
@@ -145,9 +153,11 @@ class WindowMemory:
         self._require_started("add_turn")
         self._check_text("reply", reply)
         self._check_text("next_observation", next_observation)
+        self._check_text("context", context)
         assert self._observation is not None
         self._history.append((self._observation, reply))  # deque(maxlen=k) drops the oldest
         self._observation = next_observation
+        self._context = context
         self._num_turns += 1
         self._cache = None
 
@@ -208,14 +218,19 @@ class WindowMemory:
             raise TypeError(f"apply_chat_template returned {type(ids[0]).__name__} items, expected int ids")
         return ids
 
-    def _fit(self) -> tuple[list[dict[str, str]], list[int], PromptStats]:
+    def _current_text(self) -> str:
+        """The current observation followed by its current-only context (if any)."""
         assert self._observation is not None
+        return self._observation + ("\n\n" + self._context if self._context else "")
+
+    def _fit(self) -> tuple[list[dict[str, str]], list[int], PromptStats]:
         budget = self.max_prompt_tokens
         turns = list(self._history)
         stored = len(turns)
+        current = self._current_text()
 
         def attempt(kept: int) -> tuple[list[dict[str, str]], list[int]]:
-            messages = self._messages(turns[stored - kept :], self._observation)
+            messages = self._messages(turns[stored - kept :], current)
             return messages, self._render(messages)
 
         full = attempt(stored)
@@ -237,10 +252,9 @@ class WindowMemory:
         return self._fit_observation(stored)
 
     def _fit_observation(self, stored: int) -> tuple[list[dict[str, str]], list[int], PromptStats]:
-        """No history fits: keep the longest token prefix of the observation (plus " …") that fits."""
-        assert self._observation is not None
+        """No history fits: keep the longest token prefix of the current text (plus " …") that fits."""
         budget = self.max_prompt_tokens
-        obs_ids = self._encode(self._observation)
+        obs_ids = self._encode(self._current_text())
 
         def attempt(kept: int) -> tuple[list[dict[str, str]], list[int], int]:
             text, kept = self._prefix_text(obs_ids, kept)
@@ -291,7 +305,7 @@ class WindowMemory:
         """Plain JSON-serialisable state for exact resume (configuration included for checking).
 
         Keys: ``version``, ``history_turns``, ``max_prompt_tokens``, ``reply_hint``,
-        ``instruction`` and ``observation`` (``None`` before the first episode), ``history``
+        ``instruction`` and ``observation`` (``None`` before the first episode), ``context``, ``history``
         (list of ``[observation, reply]`` pairs, oldest first, at most ``history_turns``) and
         ``num_turns``.
         """
@@ -302,6 +316,7 @@ class WindowMemory:
             "reply_hint": self.reply_hint,
             "instruction": self._instruction,
             "observation": self._observation,
+            "context": self._context,
             "history": [[obs, reply] for obs, reply in self._history],
             "num_turns": self._num_turns,
         }
@@ -331,7 +346,8 @@ class WindowMemory:
                     f"memory state was saved with {key}={state[key]!r} but this memory has "
                     f"{key}={getattr(self, key)!r}"
                 )
-        instruction, observation = state["instruction"], state["observation"]
+        instruction, observation, context = state["instruction"], state["observation"], state["context"]
+        self._check_text("context", context)
         history, num_turns = state["history"], state["num_turns"]
         _check_int("num_turns", num_turns, minimum=0)
         if not isinstance(history, (list, tuple)):
@@ -353,7 +369,7 @@ class WindowMemory:
             self._check_text(f"history[{i}][0]", pair[0])
             self._check_text(f"history[{i}][1]", pair[1])
             pairs.append((pair[0], pair[1]))
-        self._instruction, self._observation = instruction, observation
+        self._instruction, self._observation, self._context = instruction, observation, context
         self._history = deque(pairs, maxlen=self.history_turns)
         self._num_turns = num_turns
         self._cache = None

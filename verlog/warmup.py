@@ -68,7 +68,7 @@ def collect_prompts(task: str, make_memory: Callable[[], Any], *, episodes: int,
         for ep in range(episodes):
             memory = make_memory()
             obs, info = env.reset(seed=seed + ep)
-            memory.start_episode(info["instruction"], obs)
+            memory.start_episode(info["instruction"], obs, info["context"])
             done = False
             while not done:
                 out.append(WarmupExample(memory.prompt_ids()[0], list(info["valid_actions"])))
@@ -76,7 +76,7 @@ def collect_prompts(task: str, make_memory: Callable[[], Any], *, episodes: int,
                 obs, _, terminated, truncated, info = env.step(reply)
                 done = terminated or truncated
                 if not done:
-                    memory.add_turn(reply, obs)
+                    memory.add_turn(reply, obs, info["context"])
     finally:
         env.close()
     return out

@@ -50,6 +50,7 @@ INFO_KEYS: tuple[str, ...] = (
     "action",
     "action_valid",
     "game_reward",
+    "context",
 )
 
 
@@ -72,13 +73,14 @@ class TextEnv(gymnasium.Env, ABC):
 
     * ``_reset_game(seed: int | None) -> (obs: str, info: dict)``: start a new episode; ``seed`` is
       ``None`` to continue the game's own RNG (gymnasium convention), an ``int`` to reproduce exactly.
-    * ``_step_game(action: str) -> (obs, reward, terminated, truncated, info)``: ``action`` is always one
-      of ``valid_actions``.
+    * ``_step_game(action: str) -> (obs, reward, terminated, truncated, info)``: ``action`` is what
+      :meth:`parse_action` returned (by default always one of ``valid_actions``) or ``default_action``.
+    * optionally the property ``context: str`` (current-only text such as an inventory).
     * properties ``valid_actions: list[str]``, ``default_action: str`` (executed for invalid replies),
       ``instruction: str`` (system prompt of the current episode) and ``progression: float`` in [0, 1]
       (the episode's progress so far). ``success: bool`` defaults to ``progression >= 1``.
 
-    ``step`` parses the reply with :func:`verlog.envs.parsing.extract_action`. If no valid action is
+    ``step`` parses the reply with :meth:`parse_action`. If no valid action is
     found, ``default_action`` is executed, the next observation starts with
     :func:`invalid_action_notice` on its own line, and ``format_penalty`` is ADDED to the game reward.
     After ``max_steps`` steps the episode is truncated (``truncated=True``) unless the game terminated on
@@ -87,7 +89,8 @@ class TextEnv(gymnasium.Env, ABC):
     ``info`` always holds the keys of :data:`INFO_KEYS`: ``instruction`` (str), ``valid_actions``
     (list[str]), ``progression`` (float), ``success`` (bool), ``episode_step`` (int, steps taken in this
     episode), ``action`` (str executed; ``""`` at reset), ``action_valid`` (bool; ``True`` at reset),
-    ``game_reward`` (float, reward before the format penalty; ``0.0`` at reset).
+    ``game_reward`` (float, reward before the format penalty; ``0.0`` at reset), ``context`` (str,
+    the current-only context of :attr:`context`, shown with the current observation only).
 
     Args:
         max_steps: step limit per episode (positive int), or ``None`` for no limit from the base class.
@@ -154,6 +157,28 @@ class TextEnv(gymnasium.Env, ABC):
         """Whether the current episode has been solved; default ``progression >= 1``."""
         return self.progression >= 1.0
 
+    #: ``True`` when the game accepts only the strings of :attr:`valid_actions`; a free-text game
+    #: (TextWorld) sets it to ``False`` and overrides :meth:`parse_action`.
+    actions_are_closed: bool = True
+
+    def parse_action(self, reply: str) -> str | None:
+        """The action a reply asks for, or ``None`` when it holds no valid action.
+
+        The default is :func:`~verlog.envs.parsing.extract_action` over :attr:`valid_actions` (the
+        action after the last ``ACTION:``, tolerant of case and punctuation). Games with free-text
+        actions override it; whatever it returns is passed to ``_step_game`` as is.
+        """
+        return extract_action(reply, self.valid_actions)
+
+    @property
+    def context(self) -> str:
+        """Current-only context (BALROG's "short-term context": inventory, vitals ...); default ``""``.
+
+        It describes the present state only, so the memory shows it with the current observation and
+        never keeps it in the history. It is NOT part of the observation string.
+        """
+        return ""
+
     @property
     def episode_step(self) -> int:
         """Steps taken in the current episode."""
@@ -205,12 +230,11 @@ class TextEnv(gymnasium.Env, ABC):
             raise TypeError(f"reply must be a str, got {type(reply).__name__}")
         if self._needs_reset:
             raise RuntimeError("step() called before reset() or after the episode ended; call reset() first")
-        valid_actions = self.valid_actions
-        action = extract_action(reply, valid_actions)
+        action = self.parse_action(reply)
         action_valid = action is not None
         if action is None:
             action = self.default_action
-            if action not in valid_actions:
+            if self.actions_are_closed and action not in self.valid_actions:
                 raise RuntimeError(f"{type(self).__name__}.default_action {action!r} is not a valid action")
         obs, game_reward, terminated, truncated, game_info = self._step_game(action)
         if not isinstance(obs, str):
@@ -250,5 +274,6 @@ class TextEnv(gymnasium.Env, ABC):
             action=action,
             action_valid=action_valid,
             game_reward=game_reward,
+            context=str(self.context),
         )
         return info

@@ -1,18 +1,39 @@
 """Name -> factory registry of text environments (``make_env("babyai/goto", max_steps=32)``).
 
-BabyAI tasks are registered when :mod:`verlog.envs` is imported.
+Names are ``<family>/<task>``. Each family lives in its own module, which registers its tasks when it
+is imported; the module is imported lazily, the first time a name of its family is asked for (or when
+:func:`list_envs` is called), so that ``import verlog`` does not pay for NetHack's or TextWorld's imports.
+:data:`FAMILIES` maps each family to its module.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any, Callable
 
 from verlog.envs.base import TextEnv
 
-__all__ = ["register", "make_env", "list_envs"]
+__all__ = ["FAMILIES", "register", "make_env", "list_envs", "is_registered"]
 
 _FACTORIES: dict[str, Callable[..., TextEnv]] = {}
+
+#: Environment family (the part of a name before ``/``) -> the module that registers its tasks.
+FAMILIES: dict[str, str] = {
+    "babyai": "verlog.envs.babyai",
+    "crafter": "verlog.envs.crafter",
+    "babaisai": "verlog.envs.babaisai",
+    "minihack": "verlog.envs.minihack",
+    "nle": "verlog.envs.nle",
+    "textworld": "verlog.envs.textworld",
+}
+
+
+def _load_family(family: str) -> None:
+    """Import the module of ``family`` (registering its tasks); unknown families are ignored."""
+    module = FAMILIES.get(family)
+    if module is not None:
+        importlib.import_module(module)
 
 
 def register(name: str, factory: Callable[..., TextEnv], *, replace: bool = False) -> None:
@@ -39,8 +60,23 @@ def register(name: str, factory: Callable[..., TextEnv], *, replace: bool = Fals
 
 
 def list_envs() -> list[str]:
-    """Sorted names of all registered environments."""
+    """Sorted names of all registered environments (imports every family's module first).
+
+    Raises:
+        ImportError: if a family's module or the game package it wraps cannot be imported.
+    """
+    for family in FAMILIES:
+        _load_family(family)
     return sorted(_FACTORIES)
+
+
+def is_registered(name: str) -> bool:
+    """Whether ``name`` is a registered environment (imports only its own family's module)."""
+    if not isinstance(name, str):
+        return False
+    if name not in _FACTORIES:
+        _load_family(name.split("/", 1)[0])
+    return name in _FACTORIES
 
 
 def make_env(name: str, **kwargs: Any) -> TextEnv:
@@ -51,10 +87,12 @@ def make_env(name: str, **kwargs: Any) -> TextEnv:
         TypeError: arguments the factory does not accept (the message lists the accepted ones), or a
             factory that does not return a ``TextEnv``.
     """
-    try:
-        factory = _FACTORIES[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown environment {name!r}; known environments: {list_envs()}") from None
+    if not is_registered(name):
+        raise ValueError(
+            f"unknown environment {name!r}; names are <family>/<task> with family one of {sorted(FAMILIES)}; "
+            f"registered so far: {sorted(_FACTORIES)}"
+        )
+    factory = _FACTORIES[name]
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):  # builtins without a signature: let the call decide

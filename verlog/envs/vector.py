@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
-from verlog.envs.registry import list_envs, make_env
+from verlog.envs.registry import is_registered, make_env
 
 __all__ = ["TextVectorEnv", "make_vector_env", "split_infos", "final_observations", "final_infos"]
 
@@ -111,8 +111,8 @@ def make_vector_env(
         ValueError: unknown name, bad ``num_envs``/``seed``/``mode``. TypeError: bad argument types or
             ``env_kwargs`` the env does not accept (raised while building the first env).
     """
-    if name not in list_envs():
-        raise ValueError(f"unknown environment {name!r}; known environments: {list_envs()}")
+    if not is_registered(name):
+        make_env(name)  # raises the registry's ValueError naming the known families
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:

@@ -21,8 +21,8 @@ from verlog.rollout.engine import RolloutEngine, SamplingParams
 class Memory(Protocol):
     """What the collector needs from a per-environment memory (see :mod:`verlog.memory`)."""
 
-    def start_episode(self, instruction: str, observation: str) -> None: ...
-    def add_turn(self, reply: str, next_observation: str) -> None: ...
+    def start_episode(self, instruction: str, observation: str, context: str = "") -> None: ...
+    def add_turn(self, reply: str, next_observation: str, context: str = "") -> None: ...
     def prompt_ids(self) -> tuple[list[int], Any]: ...
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
@@ -103,7 +103,7 @@ class FixedTurnCollector:
     def _start(self) -> None:
         obs, infos = self.venv.reset(seed=self.seed)
         for n, info in enumerate(split_infos(infos, self.num_envs)):
-            self.memories[n].start_episode(info["instruction"], obs[n])
+            self.memories[n].start_episode(info["instruction"], obs[n], info["context"])
             self._new_episode(n)
         self._started = True
 
@@ -160,11 +160,11 @@ class FixedTurnCollector:
                 self._invalid[n] += int(not valid)
                 stats.invalid_actions += int(not valid)
                 if not done:
-                    self.memories[n].add_turn(replies[n], obs[n])
+                    self.memories[n].add_turn(replies[n], obs[n], step_infos[n]["context"])
                     continue
                 if truncated[n] and not terminated[n]:
                     # Value the observation that followed the cut: the episode's own final one.
-                    self.memories[n].add_turn(replies[n], finals_obs[n])
+                    self.memories[n].add_turn(replies[n], finals_obs[n], finals_info[n]["context"])
                     bootstrap[(t, n)] = self.memories[n].prompt_ids()[0]
                 stats.episodes.append(EpisodeRecord(
                     episode_id=self._episode_ids[n], env_index=n, episode_return=self._returns[n],
@@ -172,7 +172,7 @@ class FixedTurnCollector:
                     progression=float(info_step["progression"]), invalid_actions=self._invalid[n],
                     truncated=bool(truncated[n]) and not bool(terminated[n]),
                 ))
-                self.memories[n].start_episode(step_infos[n]["instruction"], obs[n])
+                self.memories[n].start_episode(step_infos[n]["instruction"], obs[n], step_infos[n]["context"])
                 self._new_episode(n)
 
             cols["prompts"].append(prompts)
