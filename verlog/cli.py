@@ -72,38 +72,115 @@ def train_main(argv: list[str] | None = None) -> None:
               f"checkpoints/, {', '.join(p.name for p in pngs)})")
 
 
-def eval_main(argv: list[str] | None = None) -> None:
-    """``verlog-eval <checkpoint or model dir> [task=...] [episodes=N] [key=value ...]``.
+_EVAL_SHORT = {"task": "env.task", "episodes": "eval.episodes", "greedy": "eval.greedy", "seed": "eval.seed",
+               "num_envs": "eval.num_envs"}
+#: verlog-eval's own keys for the BALROG suite mode (not config keys): name -> (parser, expected).
+_SUITE_KEYS = {
+    "suite": (str, "'balrog'"),
+    "envs": (lambda v: [e for e in v.split(",") if e], "a comma-separated list of suite envs"),
+    "episodes_per_task": (int, "a positive int"),
+    "tasks_per_env": (int, "a positive int"),
+    "out": (str, "an output directory"),
+    "record_turns": (lambda v: {"true": True, "false": False}[v.lower()], "true or false"),
+}
 
-    Uses the run's own config (``config.yaml`` beside or above the checkpoint) when there is one,
-    so evaluation builds prompts with the memory the policy was trained with.
+
+def eval_main(argv: list[str] | None = None) -> None:
+    """``verlog-eval <checkpoint | model dir | random> [key=value ...]``.
+
+    One task (default): ``task=<env/task> episodes=N greedy=true seed=S`` prints a JSON summary.
+    The BALROG suite: ``suite=balrog [envs=babyai,crafter,...] [episodes_per_task=N] [tasks_per_env=K]
+    [out=DIR] [record_turns=true]`` runs BALROG's protocol (see :mod:`verlog.suite`) and writes
+    ``episodes.jsonl``, ``summary.json`` and ``summary.csv`` into ``out`` (resumable).
+    ``random`` instead of a checkpoint plays uniformly random valid actions (the floor).
+
+    Uses the run's own config (``config.yaml`` beside or above the checkpoint) when there is one, so
+    evaluation builds prompts with the memory the policy was trained with.
     """
-    parser = _Parser(prog="verlog-eval", description="Evaluate a checkpoint on fixed seeds.")
-    parser.add_argument("checkpoint", help="a checkpoint's actor directory, a checkpoint or run directory, or a model")
-    parser.add_argument("overrides", nargs="*", help="task=<env/task> episodes=N greedy=true seed=S, or config keys")
+    parser = _Parser(prog="verlog-eval", description="Evaluate a checkpoint on fixed seeds (one task or BALROG's suite).")
+    parser.add_argument("checkpoint", help="a checkpoint's actor directory, a checkpoint or run directory, a model, or 'random'")
+    parser.add_argument("overrides", nargs="*", help="task=<env/task> episodes=N greedy=true seed=S, suite keys, or config keys")
     args = parser.parse_args(argv)
-    short = {"task": "env.task", "episodes": "eval.episodes", "greedy": "eval.greedy", "seed": "eval.seed"}
-    overrides = []
+    overrides, suite_opts = [], {}
     for item in args.overrides:
         key, sep, value = item.partition("=")
-        overrides.append(f"{short.get(key, key)}={value}" if sep else item)
-    model_dir, recipe = _resolve_checkpoint(Path(args.checkpoint))
+        if sep and key in _SUITE_KEYS:
+            convert, expected = _SUITE_KEYS[key]
+            try:
+                suite_opts[key] = convert(value)
+            except (ValueError, KeyError):
+                _fail(f"{key}: expected {expected}, got {value!r}")
+            continue
+        overrides.append(f"{_EVAL_SHORT.get(key, key)}={value}" if sep else item)
+    if suite_opts and suite_opts.get("suite") != "balrog":
+        _fail(f"suite: expected 'balrog' with {sorted(k for k in suite_opts if k != 'suite')}, "
+              f"got {suite_opts.get('suite')!r}")
+    is_random = args.checkpoint == "random"
+    recipe: Path | None = None
+    if not is_random:
+        model_dir, recipe = _resolve_checkpoint(Path(args.checkpoint))
+        overrides.append(f"model.path={model_dir}")
     try:
-        cfg = load_recipe(str(recipe) if recipe else "tiny", overrides + [f"model.path={model_dir}"])
+        cfg = load_recipe(str(recipe) if recipe else "tiny", overrides)
     except ConfigError as err:
         _fail(str(err))
     _quiet_libraries()
-    from verlog.builders import evaluate_config
-    from verlog.models import ModelLoadError, load_tokenizer
-    from verlog.rollout.hf import HFEngine
+    from verlog.builders import decoder, memory_factory, sampling_params
+    from verlog.evaluate import EvalResult, ModelPolicy, RandomPolicy, run_episodes
+    from verlog.evaluate import EpisodeSpec
+
+    memory = None
+    if is_random:
+        policy = RandomPolicy(cfg.eval.seed)
+    else:
+        from verlog.models import ModelLoadError, load_tokenizer
+        from verlog.rollout.hf import HFEngine
+
+        try:
+            tokenizer = load_tokenizer(cfg.model.path)
+            engine = HFEngine(cfg.model.path, tokenizer, seed=cfg.seed)
+        except ModelLoadError as err:
+            _fail(str(err).splitlines()[0])
+        sampling = sampling_params(cfg.rollout, greedy=cfg.eval.greedy)
+        from dataclasses import replace
+
+        policy = ModelPolicy(engine, decoder(tokenizer), replace(sampling, seed=cfg.eval.seed))
+        memory = memory_factory(cfg.memory, tokenizer)
+    if not suite_opts:
+        try:
+            specs = [EpisodeSpec(cfg.env.task, cfg.eval.seed + i, i) for i in range(cfg.eval.episodes)]
+            records = run_episodes(specs, policy, num_envs=cfg.eval.num_envs, make_memory=memory,
+                                   env_kwargs=cfg.env.env_kwargs())
+        except (ValueError, TypeError) as err:
+            _fail(str(err).splitlines()[0])
+        result = EvalResult.from_records(cfg.env.task, records, greedy=policy.greedy)
+        print(json.dumps(result.summary()))
+        return
+    from verlog.suite import run_suite, select_suite
 
     try:
-        tokenizer = load_tokenizer(cfg.model.path)
-        engine = HFEngine(cfg.model.path, tokenizer, seed=cfg.seed)
-    except ModelLoadError as err:
+        suite = select_suite(suite_opts.get("envs"), episodes_per_task=suite_opts.get("episodes_per_task"),
+                             tasks_per_env=suite_opts.get("tasks_per_env"))
+    except (ValueError, ImportError) as err:
         _fail(str(err).splitlines()[0])
-    result = evaluate_config(cfg, engine, tokenizer, greedy=cfg.eval.greedy)
-    print(json.dumps(result.summary()))
+    name = "random" if is_random else Path(args.checkpoint).name
+    out = Path(suite_opts.get("out", f"runs/eval/{name}-balrog"))
+    style = cfg.env.instruction_style
+    kwargs = {"format_penalty": cfg.env.format_penalty, **({"instruction_style": style} if style != "full" else {})}
+    run_info = {"policy": "random" if is_random else str(cfg.model.path), "greedy": policy.greedy,
+                "memory": {"history_turns": cfg.memory.history_turns, "max_prompt_tokens": cfg.memory.max_prompt_tokens},
+                "env_kwargs": kwargs}
+    try:
+        summary = run_suite(policy, suite, out, seed=cfg.eval.seed, num_envs=cfg.eval.num_envs, make_memory=memory,
+                            env_kwargs=kwargs, record_turns=suite_opts.get("record_turns", False), run_info=run_info,
+                            progress=cfg.logging.progress)
+    except ValueError as err:
+        _fail(str(err).splitlines()[0])
+    for env_name, env in summary["envs"].items():
+        print(f"{env_name:<10} {env['progression']:6.2f} % ± {env['se']:.2f}  ({env['episodes']} episodes)")
+    o = summary["overall"]
+    print(f"{'overall':<10} {o['progression']:6.2f} % ± {o['se']:.2f}  ({o['envs']} envs)")
+    print(f"written: {out}/episodes.jsonl, summary.json, summary.csv")
 
 
 def _resolve_checkpoint(path: Path) -> tuple[Path, Path | None]:
