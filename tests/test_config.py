@@ -14,8 +14,17 @@ RECIPES = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "reci
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_loads(recipe):
+    from verlog.envs import make_env
+
     cfg = load_recipe(recipe)
     assert isinstance(cfg, TrainConfig)
+    assert cfg.name == recipe  # runs go to runs/<recipe name>/
+    # the task exists and accepts the recipe's env settings (builds the env, then closes it)
+    make_env(cfg.env.task, **cfg.env.env_kwargs()).close()
+    # a batch splits evenly into minibatches of whole micro-batches
+    batch = cfg.env.num_envs * cfg.rollout.turns_per_env
+    assert batch % cfg.ppo.minibatches == 0
+    assert (batch // cfg.ppo.minibatches) % min(cfg.ppo.micro_batch_size, batch // cfg.ppo.minibatches) == 0
 
 
 def test_overrides_are_typed_and_applied():
