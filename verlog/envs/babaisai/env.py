@@ -1,0 +1,325 @@
+"""Baba Is AI (our own engine, :mod:`~verlog.envs.babaisai.rules`) as a :class:`~verlog.envs.base.TextEnv`.
+
+Observation text, in BALROG's conventions (``balrog/environments/babaisai/base.py``)::
+
+    Active rules:
+    baba is you
+    key is win
+
+    Objects on the map:
+    rule `key` 3 steps to the left and 2 steps up
+    rule `is` 2 steps to the left and 2 steps up
+    key 1 step to the right
+
+* ``Active rules:`` then one rule per line in reading order (``is`` blocks row by row, horizontal
+  before vertical).
+* ``Objects on the map:`` then every object and text block (text blocks as ``rule `word```), one per
+  line in row-major order (top row first, left to right), with its offset from the player: columns
+  first (``N step(s) to the left/right``), then rows (``N step(s) up/down``), joined by ``and``. The
+  solid edge of the map is not described; interior ``wall`` objects are.
+* The player is the first YOU object in row-major order; it is not listed itself. Other YOU objects
+  (and ``baba`` when it is not the player) are listed like any object.
+
+Conscious departures from BALROG's text: singular/plural is correct ("3 steps to the left", BALROG
+writes "3 step to the left"); objects sharing the player's cell are listed as ``key at your
+position`` (BALROG lists only the top item of each cell, so such objects vanish); ``baba`` is listed
+when it is not the player; when nothing is YOU any more the episode ends (BALROG silently resets
+the level) and the last observation starts with ``Nothing is YOU any more: you lost.``, offsets then
+being taken from the last player position.
+
+Actions (BALROG's five): ``idle``, ``up``, ``right``, ``down``, ``left``; the default for invalid
+replies is ``idle``. Reward: ``1 - 0.9 * t / max_steps`` when the level is won at step ``t`` (BALROG:
+``max_steps`` = 100), ``-1`` when it is lost (nothing is YOU), else 0. Progression is 1.0 if the
+episode ended with a positive reward (won), else 0.0. :attr:`BabaIsAITextEnv.state_key` is the exact
+board as bytes (for GiGPO's state grouping).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verlog.envs.babaisai.levels import BABAISAI_LEVELS, generate_level
+from verlog.envs.babaisai.rules import ACTIONS, LOSE, WIN, BabaGame, item_name
+from verlog.envs.base import TextEnv
+
+__all__ = [
+    "BABAISAI_MAX_STEPS",
+    "BabaIsAITextEnv",
+    "build_brief_instruction",
+    "build_instruction",
+    "describe_game",
+    "make_babaisai",
+    "offset_text",
+]
+
+#: BALROG's step limit for every Baba Is AI level.
+BABAISAI_MAX_STEPS = 100
+DEFAULT_ACTION = "idle"
+_ACTION_INDEX = {name: i for i, name in enumerate(ACTIONS)}
+_ACTION_HELP = {
+    "idle": "wait for one step (nothing moves)",
+    "up": "take one step up",
+    "right": "take one step to the right",
+    "down": "take one step down",
+    "left": "take one step to the left",
+}
+LOST_NOTICE = "Nothing is YOU any more: you lost."
+
+_OFFSETS: dict[tuple[int, int], str] = {}
+_NAMES: dict[int, str] = {}
+_LINES: dict[tuple[int, int, int], str] = {}  # (code, dx, dy) -> line
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
+def offset_text(dx: int, dy: int) -> str:
+    """BALROG-style offset of a cell from the player: ``dx`` columns right, ``dy`` rows down.
+
+    Examples: ``offset_text(-3, -2) == "3 steps to the left and 2 steps up"``,
+    ``offset_text(1, 0) == "1 step to the right"``, ``offset_text(0, 0) == "at your position"``.
+    """
+    text = _OFFSETS.get((dx, dy))
+    if text is None:
+        parts = []
+        if dx:
+            parts.append(f"{_steps(abs(dx))} to the {'right' if dx > 0 else 'left'}")
+        if dy:
+            parts.append(f"{_steps(abs(dy))} {'down' if dy > 0 else 'up'}")
+        text = " and ".join(parts) if parts else "at your position"
+        _OFFSETS[(dx, dy)] = text
+    return text
+
+
+def _name(code: int) -> str:
+    name = _NAMES.get(code)
+    if name is None:
+        name = _NAMES[code] = item_name(code)
+    return name
+
+
+def describe_game(game: BabaGame, anchor: tuple[int, int] | None = None) -> str:
+    """The observation text of ``game`` (see the module docstring).
+
+    Args:
+        game: the board.
+        anchor: the cell offsets are measured from when nothing is YOU (e.g. the last player cell);
+            ignored while a player exists. ``None`` then means the top-left interior cell ``(1, 1)``.
+
+    Returns:
+        ``"Active rules:\\n<rules>\\n\\nObjects on the map:\\n<objects>"``, preceded by the lost notice
+        line when nothing is YOU.
+    """
+    player = game.player()
+    if player is None:
+        px, py = anchor if anchor is not None else (1, 1)
+        skip_idx, skip_code = -1, -1
+    else:
+        px, py, skip_code = player
+        skip_idx = py * game.width + px
+    width = game.width
+    lines = ["Active rules:"]
+    lines.extend(f"{a} is {b}" for a, b in game.rules)
+    lines.append("")
+    lines.append("Objects on the map:")
+    cache = _LINES
+    for idx, cell in enumerate(game.cells):
+        if not cell:
+            continue
+        dx, dy = idx % width - px, idx // width - py
+        pending_skip = idx == skip_idx  # the player itself is not listed (once: a twin may share its cell)
+        for code in cell:
+            if pending_skip and code == skip_code:
+                pending_skip = False
+                continue
+            key = (code, dx, dy)
+            line = cache.get(key)
+            if line is None:
+                line = cache[key] = f"{_name(code)} {offset_text(dx, dy)}"
+            lines.append(line)
+    if player is None:
+        lines.insert(0, LOST_NOTICE)
+    return "\n".join(lines)
+
+
+def build_instruction() -> str:
+    """The full system prompt (our own words; BALROG's content: rules, actions, tips, reply format)."""
+    actions = "\n".join(f"- {name}: {help_}" for name, help_ in _ACTION_HELP.items())
+    return (
+        "You are playing Baba Is You, a puzzle game on a grid where the rules of the level are text "
+        "blocks lying on the map, and you can change them by pushing the blocks.\n\n"
+        'A rule is three blocks in a line, read left to right or top to bottom: "[Subject] IS [Property]", '
+        'e.g. "baba is you" or "door is win". Subjects are objects: baba, key, ball, door, wall. Properties:\n'
+        "- you: you control every object of that kind (all of them move with your actions);\n"
+        "- win: when an object that is YOU is on the same cell as an object that is WIN, you win;\n"
+        "- stop: nothing can move onto that object;\n"
+        "- push: walking into that object pushes it;\n"
+        "- defeat: an object that is YOU is destroyed on it.\n"
+        "Objects without properties can be walked over. Text blocks can always be pushed, also in a row; "
+        "a push fails at the edge of the map or against a STOP object. The rules are re-read after every "
+        "move: pushing a block out of line breaks its rule, lining blocks up creates a new rule at once. "
+        "If nothing is YOU any more, you lose.\n\n"
+        "Each turn you are told the active rules and where every object and text block is, relative to "
+        'you; text blocks are written rule `word`, e.g. "rule `win` 3 steps to the left and 2 steps up", '
+        'and objects by their name, e.g. "door 1 step to the right". The map is enclosed by an edge '
+        "that is not listed.\n\n"
+        f"Actions:\n{actions}\n\n"
+        "Tips:\n"
+        "- Read the active rules first: which object is YOU and which is WIN.\n"
+        "- If an object is WIN, walk onto it.\n"
+        "- If nothing is WIN, make a rule: push the blocks so that a noun, IS and WIN stand in one line "
+        '(e.g. "door is win"), then walk onto that object.\n'
+        "- To push a block, stand next to it on the opposite side and step towards it.\n"
+        '- A rule like "wall is stop" keeps you out of places; push one of its blocks out of line to walk '
+        "through walls.\n"
+        '- You can become another object: "key is you" gives you control of every key.\n'
+        '- Do not break "baba is you" unless another rule makes something YOU, or you lose.\n\n'
+        "Think briefly if you want, then end your reply with one line of the form\n"
+        "ACTION: <action>\n"
+        "where <action> is exactly one of: " + ", ".join(ACTIONS) + "."
+    )
+
+
+def build_brief_instruction() -> str:
+    """A short system prompt for tiny models: goal, actions and the reply format only."""
+    return (
+        "Baba Is You: move what IS YOU onto what IS WIN; push text blocks to make or break rules. "
+        f"Actions: {', '.join(ACTIONS)}. Reply with ACTION: <action>."
+    )
+
+
+INSTRUCTION_STYLES = {"full": build_instruction, "brief": build_brief_instruction}
+
+
+class BabaIsAITextEnv(TextEnv):
+    """One Baba Is AI level as a text env (see the module docstring for the text conventions).
+
+    Args:
+        level: a level name of :data:`~verlog.envs.babaisai.levels.BABAISAI_LEVELS`.
+        max_steps: step limit per episode (also the ``T`` of the win reward ``1 - 0.9 t / T``).
+        format_penalty: added to the reward of a step whose reply held no valid action (<= 0).
+        instruction_style: ``"full"`` (BALROG's content) or ``"brief"`` (goal, actions, reply format).
+
+    Attributes:
+        game: the current :class:`~verlog.envs.babaisai.rules.BabaGame` (tests may replace it with a
+            hand-made board after ``reset``).
+        level: the level name.
+        target_plan: upstream's plan string of the current episode (``""`` before the first reset).
+
+    Raises:
+        ValueError: unknown level or instruction style, bad ``max_steps``/``format_penalty``.
+    """
+
+    def __init__(
+        self,
+        level: str,
+        *,
+        max_steps: int = BABAISAI_MAX_STEPS,
+        format_penalty: float = 0.0,
+        instruction_style: str = "full",
+    ) -> None:
+        if max_steps is None:
+            raise ValueError("max_steps must be a positive int (the win reward is 1 - 0.9 * t / max_steps)")
+        super().__init__(max_steps=max_steps, format_penalty=format_penalty)
+        if level not in BABAISAI_LEVELS:
+            raise ValueError(f"unknown Baba Is AI level {level!r}; levels are {list(BABAISAI_LEVELS)}")
+        if instruction_style not in INSTRUCTION_STYLES:
+            raise ValueError(
+                f"instruction_style must be one of {sorted(INSTRUCTION_STYLES)}, got {instruction_style!r}"
+            )
+        self.level = level
+        self._instruction = INSTRUCTION_STYLES[instruction_style]()
+        self.game: BabaGame | None = None
+        self.target_plan = ""
+        self._outcome = ""
+        self._anchor: tuple[int, int] | None = None
+
+    # -------------------------------------------------------------- TextEnv properties
+    @property
+    def valid_actions(self) -> list[str]:
+        """``["idle", "up", "right", "down", "left"]`` (BALROG's order)."""
+        return list(ACTIONS)
+
+    @property
+    def default_action(self) -> str:
+        """``"idle"`` (BALROG's default for Baba Is AI)."""
+        return DEFAULT_ACTION
+
+    @property
+    def instruction(self) -> str:
+        """The system prompt (the same for every level and episode)."""
+        return self._instruction
+
+    @property
+    def progression(self) -> float:
+        """1.0 once the episode is won, else 0.0."""
+        return 1.0 if self._outcome == "win" else 0.0
+
+    @property
+    def state_key(self) -> bytes:
+        """The exact game state (the board as bytes; rules follow from it). RuntimeError before reset."""
+        if self.game is None:
+            raise RuntimeError("no episode yet: call reset() first")
+        return self.game.state_key
+
+    def describe(self) -> str:
+        """The text observation of the current state (no notice line)."""
+        if self.game is None:
+            raise RuntimeError("no episode yet: call reset() first")
+        player = self.game.player()
+        if player is not None:
+            self._anchor = player[:2]
+        return describe_game(self.game, self._anchor)
+
+    def _extra_info(self) -> dict[str, Any]:
+        return {"target_plan": self.target_plan, "outcome": self._outcome}
+
+    # -------------------------------------------------------------- game
+    def _reset_game(self, seed: int | None) -> tuple[str, dict[str, Any]]:
+        # TextEnv.reset already seeded gymnasium's self.np_random when seed is an int; with None it
+        # continues that Generator (created from OS entropy on first use).
+        self.game, self.target_plan = generate_level(self.level, self.np_random)
+        self._outcome = ""
+        self._anchor = None
+        return self.describe(), self._extra_info()
+
+    def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        player = self.game.player()
+        if player is not None:  # where offsets are taken from if this step destroys the last YOU
+            self._anchor = player[:2]
+        result = self.game.step(_ACTION_INDEX[action])
+        reward = 0.0
+        if result == WIN:
+            self._outcome = "win"
+            reward = 1.0 - 0.9 * (self.episode_step + 1) / self.max_steps
+        elif result == LOSE:
+            self._outcome = "lose"
+            reward = -1.0
+        return self.describe(), reward, result != 0, False, self._extra_info()
+
+
+def make_babaisai(
+    level: str,
+    *,
+    max_steps: int | None = None,
+    format_penalty: float = 0.0,
+    instruction_style: str = "full",
+) -> BabaIsAITextEnv:
+    """Build the Baba Is AI level ``level`` (a name of :data:`BABAISAI_LEVELS`).
+
+    Args:
+        level: e.g. ``"goto_win"`` or ``"two_room-break_stop-make_win-distr_obj"``.
+        max_steps: step limit; ``None`` uses BALROG's 100.
+        format_penalty: see :class:`~verlog.envs.base.TextEnv`.
+        instruction_style: ``"full"`` or ``"brief"``.
+
+    Raises:
+        ValueError: unknown level, or bad arguments.
+    """
+    return BabaIsAITextEnv(
+        level,
+        max_steps=BABAISAI_MAX_STEPS if max_steps is None else max_steps,
+        format_penalty=format_penalty,
+        instruction_style=instruction_style,
+    )
