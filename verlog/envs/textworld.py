@@ -1,0 +1,508 @@
+"""TextWorld (upstream ``textworld``) as a :class:`~verlog.envs.base.TextEnv`, in BALROG's conventions.
+
+Tasks (see :data:`TEXTWORLD_TASKS`): ``textworld/treasure_hunter``, ``textworld/the_cooking_game``,
+``textworld/coin_collector``. Each task is a pool of ``num_games`` (default 25, BALROG's count) games
+generated offline and cached on disk by :mod:`verlog.envs.textworld_games` (settings, seeds, cache
+layout and generation times are documented there). ``reset(seed=s)`` plays game ``s % num_games``;
+``reset()`` without a seed draws the game from the env's own RNG. A game is deterministic, so the
+episode is a function of the game and the commands.
+
+Observations are the game's own text (BALROG's conventions):
+
+* the first observation is the text after the game's objective, i.e. the objective sentence and the
+  TextWorld banner before it are cut out (as BALROG does); the agent types ``goal`` to read the
+  objective. BALROG cuts the objective out of every later observation too, which leaves the reply to
+  ``goal`` empty; we cut it from the first observation only, so ``goal`` works.
+* every observation is the game's reply with surrounding whitespace removed and runs of spaces inside
+  a line collapsed to one (the Z-machine pads its status line ``> -= Room =-score/moves`` with ~120
+  spaces); nothing else is changed, so the ``-= Room =-`` headers and the status line stay.
+
+Actions are free text (``actions_are_closed = False``): :func:`parse_command` takes the command from the
+reply, and any command is sent to the game (which answers e.g. "That's not a verb I recognise."). The
+admissible commands of the current state (TextWorld's ``admissible_commands``) are given as
+``valid_actions`` for information only. A reply with no command, or one of the interpreter's meta
+commands that would end, restart or rewind the game behind the episode's back (:data:`META_COMMANDS`),
+is invalid: the default action ``look`` runs instead (BALROG's default is ``help``, which it never
+reaches because it accepts every string; ``look`` re-describes the room, which helps more).
+
+Reward: TextWorld reports the CUMULATIVE score after each command; the reward of a step is the score
+difference (so the rewards of an episode sum to its final score). Progression = ``max(score /
+max_score, 1 if won)`` at the current step (BALROG computes it at the end). ``terminated`` = won or
+lost; ``truncated`` = BALROG's 80-step limit. The short-term context is empty (as in BALROG).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Mapping
+
+import textworld  # the real package: absolute import, not this module
+from jericho.jericho import UnsupportedGameWarning
+
+from verlog.envs.base import TextEnv
+from verlog.envs.registry import register
+from verlog.envs.textworld_games import GameSpec, default_cache_dir, ensure_game, resolve_spec
+
+__all__ = [
+    "DEFAULT_ACTION",
+    "MAX_COMMAND_BYTES",
+    "META_COMMANDS",
+    "REQUEST_INFOS",
+    "TEXTWORLD_TASKS",
+    "TextWorldTextEnv",
+    "build_brief_instruction",
+    "build_instruction",
+    "clean_feedback",
+    "first_observation",
+    "make_textworld",
+    "parse_command",
+]
+
+#: The tasks (BALROG's names) and their step limit (BALROG's real limit: 80 for all three).
+TEXTWORLD_TASKS: dict[str, int] = {"treasure_hunter": 80, "the_cooking_game": 80, "coin_collector": 80}
+DEFAULT_ACTION = "look"
+#: The Z-machine input buffer (Jericho truncates longer input); longer commands are invalid.
+MAX_COMMAND_BYTES = 198
+#: First words of interpreter meta commands that are rejected as invalid: ``quit``/``restart`` ask a
+#: yes/no question and then end or restart the story behind TextWorld's state tracker; ``save``,
+#: ``restore``, ``undo`` and transcripts are not part of the game.
+META_COMMANDS: frozenset[str] = frozenset(
+    {"quit", "q", "restart", "restore", "save", "undo", "script", "transcript", "unscript", "noscript"}
+)
+#: What we ask TextWorld for (the benchmark asks the bare env for the same).
+REQUEST_INFOS = textworld.EnvInfos(
+    admissible_commands=True,
+    objective=True,
+    score=True,
+    max_score=True,
+    won=True,
+    lost=True,
+    extras=["walkthrough"],
+)
+#: Loaded games kept per env (each holds a Jericho interpreter and the game's logic, 2-4 MB).
+_MAX_LOADED_GAMES = 4
+
+# Same markers as verlog.envs.parsing: the word "action" (optionally in markdown) followed by ':' or
+# '=' or a dash and whitespace, or BALROG's "<|ACTION|>" tag.
+_MARKER = re.compile(r"(?<![^\W_])action[*_`]*\s*(?:[:=]|[-\u2013\u2014](?=\s))|<\|action\|>", re.IGNORECASE)
+_END_TAG = re.compile(r"<\|end\|>", re.IGNORECASE)
+_EDGE_CHARS = " \t\"'`*_.,;:!?()[]{}<>\u2018\u2019\u201c\u201d\u00ab\u00bb"
+_SENTENCE_END = re.compile(r"[.;!?]")
+_SPACES = re.compile(r"[ \t]{2,}")
+
+
+def parse_command(reply: str) -> str | None:
+    """The game command a reply asks for, or ``None`` if it holds none.
+
+    Rule: take the text after the LAST action marker (``ACTION:``, any case; also ``**Action**:``,
+    ``action=``, ``Action - `` and BALROG's ``<|ACTION|>``, as in :mod:`verlog.envs.parsing`), or the
+    whole reply if there is no marker; its first line that is not empty after cleaning is the command.
+    Cleaning: drop a ``<|END|>`` tag and what follows, strip surrounding quotes, backticks, brackets,
+    markdown and punctuation, cut at the first ``.``/``;``/``!``/``?`` (Inform would run chained
+    commands in one turn), collapse whitespace, lower-case.
+
+    Returns ``None`` for an empty command, one longer than :data:`MAX_COMMAND_BYTES` bytes (UTF-8), or
+    one whose first word is in :data:`META_COMMANDS`.
+
+    Examples: ``"I will go.\\nACTION: Go North."`` -> ``"go north"``; ``"take key"`` -> ``"take key"``;
+    ``"ACTION: \\"open the chest\\""`` -> ``"open the chest"``; ``"ACTION:"`` -> ``None``.
+
+    Raises:
+        TypeError: ``reply`` is not a str.
+    """
+    if not isinstance(reply, str):
+        raise TypeError(f"reply must be a str, got {type(reply).__name__}")
+    last = None
+    for last in _MARKER.finditer(reply):
+        pass
+    text = reply[last.end() :] if last is not None else reply
+    for line in text.splitlines():
+        line = _END_TAG.split(line, 1)[0].strip(_EDGE_CHARS)
+        line = _SENTENCE_END.split(line, 1)[0].strip(_EDGE_CHARS)
+        command = " ".join(line.split()).lower()
+        if command:
+            break
+    else:
+        return None
+    if len(command.encode("utf-8")) > MAX_COMMAND_BYTES or command.split(" ", 1)[0] in META_COMMANDS:
+        return None
+    return command
+
+
+def clean_feedback(text: str) -> str:
+    """The game's reply with surrounding whitespace stripped and runs of spaces/tabs collapsed."""
+    return _SPACES.sub(" ", text).strip()
+
+
+def first_observation(feedback: str, objective: str) -> str:
+    """The first observation: the text after the last occurrence of ``objective`` (BALROG's cut).
+
+    The banner and the objective sentence are dropped; if the objective does not occur, the whole
+    feedback is kept. The result is cleaned with :func:`clean_feedback`.
+    """
+    if objective and objective in feedback:
+        feedback = feedback.rsplit(objective, 1)[1]
+    return clean_feedback(feedback)
+
+
+_COMMON_COMMANDS = [
+    ("look", "describe the room you are in"),
+    ("goal", "show the objective of the game"),
+    ("inventory", "list what you are carrying"),
+    ("go <direction>", "move north, south, east or west"),
+    ("examine <thing>", "look closely at something"),
+    ("open <door or container> / close <door or container>", "open or close it"),
+    ("take <object>", "pick up an object from the floor"),
+    ("take <object> from <container or supporter>", "take an object out of a container or off a supporter"),
+    ("put <object> on <supporter>", "place an object on a table, counter, shelf ..."),
+    ("insert <object> into <container>", "place an object into a box, chest, fridge ..."),
+    ("drop <object>", "drop an object you carry"),
+    ("unlock <door or container> with <key>", "unlock it with a key you carry (lock ... with ... locks)"),
+]
+_COOKING_COMMANDS = [
+    ("eat <food>", "eat something edible (eat the meal once it is prepared)"),
+    ("cook <food> with <heat source>", "fry it on the stove, roast it in the oven or grill it on the BBQ"),
+    ("slice / chop / dice <food> with <knife>", "cut food; you must hold both the food and the knife"),
+    ("prepare meal", "combine the prepared ingredients into the meal (in the kitchen)"),
+]
+_GAME_TEXT = {
+    "treasure_hunter": (
+        "You are in a randomly generated maze of rooms and must find one particular object and pick it "
+        "up. The object may be behind closed or locked doors, or inside closed or locked containers.",
+        [
+            "Type goal first: it names the object to find and where it is.",
+            "Picking up the wrong object loses the game: take only the object named in the goal, and a "
+            "key only when a locked door or container is in your way.",
+            "A locked door or container must be unlocked with the matching key in your inventory before "
+            "it can be opened.",
+            "Explore systematically and remember which rooms and exits you have already visited.",
+        ],
+    ),
+    "the_cooking_game": (
+        "You are hungry and must cook a meal. Find the kitchen, read the cookbook to learn the recipe, "
+        "collect every ingredient it lists (they are spread over the house, often inside closed "
+        "containers such as the fridge), process each one exactly as the recipe says, then prepare the "
+        "meal in the kitchen and eat it. You score a point for each useful step.",
+        [
+            "examine cookbook (in the kitchen) shows the recipe.",
+            "Cooking: the stove fries, the oven roasts, the BBQ grills. Cutting (slice, chop, dice) needs "
+            "a knife in your hands.",
+            "Do exactly what the recipe says: cooking or cutting an ingredient the wrong way, burning it, "
+            "or eating a needed ingredient loses the game.",
+            "Doors between rooms may be closed: open them to pass.",
+        ],
+    ),
+    "coin_collector": (
+        "You are in a chain of rooms, some with dead ends branching off, and must find the coin and "
+        "pick it up.",
+        [
+            "Type goal to see what is asked.",
+            "The rooms are connected by exits north, south, east and west; a dead end means you should "
+            "go back and try another exit.",
+            "Remember which exits you have already tried, so you do not walk in circles.",
+            "When you see the coin, take coin.",
+        ],
+    ),
+}
+
+
+def build_instruction(task: str, max_steps: int | None) -> str:
+    """BALROG's instruction content for a TextWorld task, in our own words.
+
+    Like BALROG's prompt it does not state the episode's objective (the agent types ``goal``); unlike
+    BALROG's (which claims 40, 80 and 25 steps) it states the real step limit.
+
+    Args:
+        task: a key of :data:`TEXTWORLD_TASKS`.
+        max_steps: the episode's step limit (stated in the text; ``None``: no limit, not stated).
+
+    Raises:
+        ValueError: unknown task.
+    """
+    if task not in _GAME_TEXT:
+        raise ValueError(f"unknown TextWorld task {task!r}; known tasks: {sorted(_GAME_TEXT)}")
+    intro, tips = _GAME_TEXT[task]
+    commands = _COMMON_COMMANDS + (_COOKING_COMMANDS if task == "the_cooking_game" else [])
+    listing = "\n".join(f"- {name}: {meaning}" for name, meaning in commands)
+    if max_steps is not None:
+        tips = [*tips, f"You have at most {max_steps} commands."]
+    tip_lines = "\n".join(f"- {tip}" for tip in tips)
+    return (
+        "You are playing TextWorld, a text adventure game. Each turn you read what the game says and "
+        f"type one command in plain English.\n\n{intro}\n\n"
+        f"Useful commands:\n{listing}\n\n"
+        f"Tips:\n{tip_lines}\n"
+        "- Use the exact names of things as the game writes them.\n"
+        "- If the game does not understand a command, rephrase it with the verbs above.\n\n"
+        "Think briefly if you want, then end your reply with one line of the form\n"
+        "ACTION: <command>\n"
+        "with exactly one command, e.g. ACTION: go north"
+    )
+
+
+def build_brief_instruction(objective: str) -> str:
+    """A short system prompt: the game's objective and the reply format (for tiny models)."""
+    return (
+        f"Text adventure. {objective.strip()} "
+        "Type one command per turn (look, goal, inventory, go north, open door, take key ...). "
+        "Reply with ACTION: <command>."
+    )
+
+
+INSTRUCTION_STYLES = ("full", "brief")
+
+
+class TextWorldTextEnv(TextEnv):
+    """A pool of generated TextWorld games of one task as a text env (see the module docstring).
+
+    Args:
+        task: ``treasure_hunter``, ``the_cooking_game`` or ``coin_collector``.
+        max_steps: step limit per episode (BALROG: 80; ``None``: no limit).
+        format_penalty: added to the reward of a step whose reply held no valid command (<= 0).
+        instruction_style: ``"full"`` (BALROG's content, objective not included) or ``"brief"``
+            (objective and reply format).
+        num_games: size of the game pool (BALROG: 25); ``reset(seed=s)`` plays game ``s % num_games``.
+        cache_dir: where games are cached (default :func:`~verlog.envs.textworld_games.default_cache_dir`).
+        settings: overrides of the task's generation settings (see
+            :func:`~verlog.envs.textworld_games.resolve_spec`).
+        generation_timeout: seconds allowed to generate one game.
+
+    Construction is cheap (no game is made or loaded); the first reset that needs a game generates it
+    if it is not in the cache yet (seconds; see :mod:`verlog.envs.textworld_games`).
+
+    Raises:
+        ValueError / TypeError: bad arguments (the message names the argument).
+    """
+
+    actions_are_closed = False
+
+    def __init__(
+        self,
+        task: str,
+        *,
+        max_steps: int | None = 80,
+        format_penalty: float = 0.0,
+        instruction_style: str = "full",
+        num_games: int = 25,
+        cache_dir: str | os.PathLike | None = None,
+        settings: Mapping[str, Any] | None = None,
+        generation_timeout: float = 900.0,
+    ) -> None:
+        super().__init__(max_steps=max_steps, format_penalty=format_penalty)
+        if instruction_style not in INSTRUCTION_STYLES:
+            raise ValueError(f"instruction_style must be one of {list(INSTRUCTION_STYLES)}, got {instruction_style!r}")
+        if isinstance(num_games, bool) or not isinstance(num_games, int):
+            raise TypeError(f"num_games must be an int, got {type(num_games).__name__}")
+        if num_games < 1:
+            raise ValueError(f"num_games must be >= 1, got {num_games}")
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise TypeError(f"cache_dir must be a str or path, got {type(cache_dir).__name__}")
+        if isinstance(generation_timeout, bool) or not isinstance(generation_timeout, (int, float)):
+            raise TypeError(f"generation_timeout must be a number, got {type(generation_timeout).__name__}")
+        if not generation_timeout > 0:
+            raise ValueError(f"generation_timeout must be > 0, got {generation_timeout}")
+        self.task = task
+        self.game_spec: GameSpec = resolve_spec(task, settings)  # validates task and settings
+        self.num_games = num_games
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.instruction_style = instruction_style
+        self.generation_timeout = float(generation_timeout)
+        self._full_instruction = build_instruction(task, max_steps)
+        self._loaded: OrderedDict[int, Any] = OrderedDict()  # game index -> textworld Environment
+        self._game: Any = None
+        self._game_index: int | None = None
+        self._objective = ""
+        self._instruction = ""
+        self._max_score = 0
+        self._score = 0
+        self._won = False
+        self._lost = False
+        self._admissible: list[str] = []
+        self._walkthrough: list[str] = []
+
+    # -------------------------------------------------------------- TextEnv properties
+    @property
+    def valid_actions(self) -> list[str]:
+        """TextWorld's admissible commands of the current state (hints; any command is executed)."""
+        return self._admissible
+
+    @property
+    def default_action(self) -> str:
+        """``"look"``."""
+        return DEFAULT_ACTION
+
+    @property
+    def instruction(self) -> str:
+        """System prompt of the current episode. RuntimeError before the first reset."""
+        if self._game_index is None:
+            raise RuntimeError("no episode yet: call reset() first")
+        return self._instruction
+
+    @property
+    def progression(self) -> float:
+        """``max(score / max_score, 1 if won)`` of the current step, in [0, 1]."""
+        if self._won:
+            return 1.0
+        if self._max_score <= 0:
+            return 0.0
+        return min(1.0, max(0.0, self._score / self._max_score))
+
+    @property
+    def success(self) -> bool:
+        """Whether the game has been won."""
+        return self._won
+
+    @property
+    def game_index(self) -> int:
+        """Index of the game of the current episode in the pool. RuntimeError before reset."""
+        if self._game_index is None:
+            raise RuntimeError("no episode yet: call reset() first")
+        return self._game_index
+
+    @property
+    def objective(self) -> str:
+        """The game's objective text (what ``goal`` prints)."""
+        return self._objective
+
+    @property
+    def walkthrough(self) -> list[str]:
+        """The game's own winning command sequence (from its generator)."""
+        return list(self._walkthrough)
+
+    @property
+    def score(self) -> int:
+        """The game's cumulative score so far."""
+        return self._score
+
+    @property
+    def max_score(self) -> int:
+        """The game's maximum score."""
+        return self._max_score
+
+    def game_file(self, index: int) -> Path:
+        """Path of the ``.z8`` file of game ``index`` of the pool, generating it if needed.
+
+        Raises:
+            ValueError: ``index`` outside ``[0, num_games)``.
+        """
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < self.num_games:
+            raise ValueError(f"game index must be an int in [0, {self.num_games}), got {index!r}")
+        return ensure_game(self.game_spec, index, self.cache_dir, timeout=self.generation_timeout)
+
+    # -------------------------------------------------------------- game
+    def _load(self, index: int) -> Any:
+        game = self._loaded.pop(index, None)
+        if game is None:
+            path = self.game_file(index)
+            with warnings.catch_warnings():
+                # Our game files are not named tw-*: Jericho calls them "not fully supported" (it then
+                # keeps the status line, as in BALROG); TextWorld reads score and state itself.
+                warnings.simplefilter("ignore", UnsupportedGameWarning)
+                game = textworld.start(str(path), request_infos=REQUEST_INFOS)
+            while len(self._loaded) >= _MAX_LOADED_GAMES:
+                _, evicted = self._loaded.popitem(last=False)
+                evicted.close()
+        self._loaded[index] = game
+        return game
+
+    def _extra_info(self) -> dict[str, Any]:
+        return {
+            "game_index": self._game_index,
+            "score": self._score,
+            "max_score": self._max_score,
+            "won": self._won,
+            "lost": self._lost,
+        }
+
+    def _reset_game(self, seed: int | None) -> tuple[str, dict[str, Any]]:
+        if seed is None:
+            index = int(self.np_random.integers(self.num_games))
+        else:
+            index = seed % self.num_games
+        game = self._load(index)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnsupportedGameWarning)
+            state = game.reset()
+        self._game, self._game_index = game, index
+        self._objective = str(state["objective"] or "")
+        self._max_score = int(state["max_score"] or 0)
+        self._score = int(state["score"] or 0)
+        self._won, self._lost = bool(state["won"]), bool(state["lost"])
+        self._admissible = list(state["admissible_commands"] or [])
+        self._walkthrough = list(state.get("extra.walkthrough") or [])
+        if self.instruction_style == "full":
+            self._instruction = self._full_instruction
+        else:
+            self._instruction = build_brief_instruction(self._objective)
+        return first_observation(state["feedback"], self._objective), self._extra_info()
+
+    def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        state, score, _ = self._game.step(action)
+        score = int(score or 0)
+        reward = float(score - self._score)
+        self._score = score
+        self._won, self._lost = bool(state["won"]), bool(state["lost"])
+        self._admissible = list(state["admissible_commands"] or [])
+        terminated = self._won or self._lost
+        return clean_feedback(state["feedback"]), reward, terminated, False, self._extra_info()
+
+    def parse_action(self, reply: str) -> str | None:
+        """The command of ``reply`` (see :func:`parse_command`); any non-``None`` command is executed."""
+        return parse_command(reply)
+
+    def close(self) -> None:
+        """Close the loaded games' interpreters."""
+        while self._loaded:
+            _, game = self._loaded.popitem()
+            game.close()
+        self._game = None
+        super().close()
+
+
+def make_textworld(
+    task: str,
+    *,
+    max_steps: int | None = None,
+    format_penalty: float = 0.0,
+    instruction_style: str = "full",
+    num_games: int = 25,
+    cache_dir: str | os.PathLike | None = None,
+    settings: Mapping[str, Any] | None = None,
+    generation_timeout: float = 900.0,
+) -> TextWorldTextEnv:
+    """Build the TextWorld task ``task`` (a key of :data:`TEXTWORLD_TASKS`).
+
+    Args:
+        task: ``treasure_hunter``, ``the_cooking_game`` or ``coin_collector``.
+        max_steps: step limit; ``None`` uses BALROG's (80).
+        format_penalty: see :class:`~verlog.envs.base.TextEnv`.
+        instruction_style: ``"full"`` or ``"brief"``.
+        num_games: pool size (default 25, as BALROG).
+        cache_dir: game cache root (default ``$VERLOG_CACHE/textworld`` or ``<repo>/.cache/verlog/textworld``).
+        settings: generation setting overrides (see :mod:`verlog.envs.textworld_games`).
+        generation_timeout: seconds allowed to generate one game.
+
+    Raises:
+        ValueError: unknown task (the message lists the known ones), or bad arguments.
+    """
+    if task not in TEXTWORLD_TASKS:
+        raise ValueError(f"unknown TextWorld task {task!r}; known tasks: {sorted(TEXTWORLD_TASKS)}")
+    return TextWorldTextEnv(
+        task,
+        max_steps=TEXTWORLD_TASKS[task] if max_steps is None else max_steps,
+        format_penalty=format_penalty,
+        instruction_style=instruction_style,
+        num_games=num_games,
+        cache_dir=cache_dir,
+        settings=settings,
+        generation_timeout=generation_timeout,
+    )
+
+
+for _task in TEXTWORLD_TASKS:
+    register(f"textworld/{_task}", functools.partial(make_textworld, _task))
