@@ -1,6 +1,7 @@
 """End to end: a short tiny-model run through the real pipeline, its outputs, resume, and verlog-eval."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -154,3 +155,15 @@ def test_kl_in_reward_runs(tmp_path):
     inner = batch.response_mask.clone()
     inner.scatter_(2, (batch.response_lengths - 1).unsqueeze(-1), False)
     assert batch.ref_logprobs is not None and bool((batch.token_rewards[inner] != 0).any())
+
+
+@pytest.mark.parametrize("task", ["babaisai/goto_win", "crafter/default"])
+def test_tiny_recipe_trains_on_a_non_babyai_env(tmp_path, task):
+    """The whole pipeline (tiny model + tokenizer from the env's text, warm-up, PPO) on another BALROG game."""
+    rows = short_run(tmp_path, "other", f"env.task={task}", "env.max_steps=8")
+    assert [r["phase"] for r in rows] == ["critic_warmup", "ppo", "ppo"]
+    assert all(r["turns"] == 16 * (i + 1) for i, r in enumerate(rows))
+    assert all(math.isfinite(r["critic/value_loss"]) and math.isfinite(r["actor/pg_loss"]) for r in rows[1:])
+    assert sum(r["episodes"] for r in rows) >= 4  # 12 turns per env: the 8-step limit ends every env's episode
+    ev = json.loads((tmp_path / "other" / "eval.json").read_text())
+    assert ev["task"] == task and ev["episodes"] == 3
