@@ -415,3 +415,17 @@ def test_vllm_finish_reasons_match_hf_on_brief_model(vllm_engine, brief, tok, mo
         assert_well_formed(v, vllm_engine.eos_token_ids, 24)
         assert v.token_ids == h.token_ids and v.finish_reason == h.finish_reason
         assert v.logprobs == pytest.approx(h.logprobs, abs=1e-3)
+
+
+def test_vllm_builds_after_crafter_imported_numba():
+    """crafter imports numba (llvmlite), whose ``ffi.lib`` broke vLLM's module scan at engine build."""
+    pytest.importorskip("vllm")
+    import numba
+    import verlog.envs.crafter  # noqa: F401
+    from llvmlite.binding import ffi
+
+    from verlog.rollout.vllm import _llvmlite_vars_shim
+
+    _llvmlite_vars_shim()
+    assert isinstance(vars(ffi.lib), dict)
+    assert numba.njit(lambda x: x * 2 + 1)(20) == 41  # llvmlite still compiles

