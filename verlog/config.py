@@ -71,6 +71,10 @@ class EnvConfig:
     format_penalty: float = _f(-0.1, "added to the reward of a step whose reply was not a valid action")
     max_steps: Optional[int] = _f(None, "episode step limit (None: BALROG's limit for the task)")
     instruction_style: str = _f("full", "system prompt: full (BALROG's) or brief (mission + actions; for tiny models)")
+    step_timeout_s: Optional[float] = _f(
+        60.0, "seconds one env step/reset may take; a slower env is treated as hung, restarted and its "
+        "episode truncated (None: no limit)")
+    restart_attempts: int = _f(3, "rebuilds in a row of a faulty env (raised, hung, dead worker) before the run stops")
 
     def env_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`verlog.envs.make_env` for this config (defaults left out)."""
@@ -216,7 +220,7 @@ _CHOICES = {
 _POSITIVE = (
     "iterations", "threads", "env.num_envs", "rollout.turns_per_env", "rollout.max_response_tokens",
     "memory.max_prompt_tokens", "ppo.epochs", "ppo.minibatches", "ppo.micro_batch_size", "eval.episodes",
-    "eval.num_envs", "format_warmup.batch_size", "model.tiny.vocab_size",
+    "eval.num_envs", "format_warmup.batch_size", "model.tiny.vocab_size", "env.restart_attempts",
 )
 _NON_NEGATIVE = (
     "memory.history_turns", "ppo.critic_warmup_iterations", "format_warmup.steps", "checkpoint_every",
@@ -265,6 +269,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             f"ppo.critic_warmup_iterations: {cfg.ppo.critic_warmup_iterations} leaves no policy update "
             f"in {cfg.iterations} iterations"
         )
+    if cfg.env.step_timeout_s is not None and not cfg.env.step_timeout_s > 0:
+        raise ConfigError(f"env.step_timeout_s: expected a positive number of seconds or null, "
+                          f"got {cfg.env.step_timeout_s}")
     if cfg.env.max_steps is not None and cfg.env.max_steps <= 0:
         raise ConfigError(f"env.max_steps: expected a positive number or null, got {cfg.env.max_steps}")
     return cfg
