@@ -136,12 +136,12 @@ def make_vector_env(
         raise ValueError(f"restart_attempts must be an int >= 1, got {restart_attempts!r}")
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
-    make_env(name, **(env_kwargs or {})).close()  # bad env_kwargs fail here, in this process
     env_fns = [functools.partial(make_guarded_env, name, dict(env_kwargs or {}), step_timeout_s, restart_attempts)
                for _ in range(num_envs)]
     if mode == "sync":
         vec: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     elif mode == "async":
+        # AsyncVectorEnv builds env_fns[0]() in this process first, so bad env_kwargs fail here.
         vec = SupervisedAsyncVectorEnv(env_fns, step_timeout_s=step_timeout_s, restart_attempts=restart_attempts,
                                        context=context)
     else:
