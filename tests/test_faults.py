@@ -71,3 +71,32 @@ def test_bad_timeout_arguments_are_rejected():
         make_vector_env("test/count", 1, seed=0, mode="sync", step_timeout_s=0)
     with pytest.raises(ValueError, match="restart_attempts"):
         make_vector_env("test/count", 1, seed=0, mode="sync", restart_attempts=0)
+
+
+def test_collector_counts_a_fault_and_bootstraps_from_the_last_good_observation(tmp_path):
+    from helpers import COUNT_CORPUS, ScriptedEngine
+    from verlog.memory import WindowMemory
+    from verlog.models import build_tiny_model, load_tokenizer
+    from verlog.rollout.collector import FixedTurnCollector
+    from verlog.rollout.engine import SamplingParams
+
+    tok = load_tokenizer(build_tiny_model(tmp_path, COUNT_CORPUS, vocab_size=300, hidden_size=64, num_heads=1,
+                                          intermediate_size=64))
+    FAULT_PLAN.arm({3: "raise"})  # env 0's 2nd step (sync steps envs in order)
+    venv = make_vector_env(FAULTY_TASK, 2, seed=0, mode="sync", env_kwargs={"max_steps": 50})
+    T = 4
+    engine = ScriptedEngine(tok, [["ACTION: wait"] * 2] * T)
+    memories = [WindowMemory(tok, history_turns=1, max_prompt_tokens=256) for _ in range(2)]
+    collector = FixedTurnCollector(venv, memories, engine, lambda ids: tok.batch_decode(ids, skip_special_tokens=True),
+                                   SamplingParams(max_tokens=8), T, tok.pad_token_id, seed=0)
+    try:
+        batch, stats = collector.collect()
+    finally:
+        FAULT_PLAN.armed.value = 0
+        venv.close()
+    assert batch.rewards.shape == (T, 2)  # no short batch
+    assert (stats.env_faults, stats.env_restarts, len(stats.env_fault_messages)) == (1, 1, 1)
+    assert "injected fault" in stats.env_fault_messages[0]
+    assert batch.truncated[:, 0].tolist() == [False, True, False, False] and not batch.terminated.any()
+    assert (1, 0) in batch.bootstrap_prompts  # valued on the last good observation "count 1"
+    assert "count 1" in tok.decode(batch.bootstrap_prompts[(1, 0)]) and len(stats.episodes) == 1
