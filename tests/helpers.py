@@ -94,3 +94,68 @@ def small_corpus() -> list[str]:
     texts += [f"You see a {c} {o} {n} steps {d}." for c in COLORS for o in OBJECTS
               for n in (1, 2, 3) for d in ("forward", "left", "right")]
     return texts + ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
+
+
+# ---------------------------------------------------------------- fault injection
+FAULTY_TASK = "test/faulty_count"
+
+
+class FaultPlan:
+    """Which global env steps fault, and how; shared by forked async workers (multiprocessing Values).
+
+    ``kinds[k]`` is the fault injected at global step number ``k`` (1-based, counted over every env's
+    ``step`` calls while armed): ``"raise"`` (RuntimeError), ``"hang"`` (sleeps; interruptible by the
+    in-process alarm), ``"hang_hard"`` (blocks SIGALRM then sleeps: only the supervisor can end it) or
+    ``"kill"`` (``os._exit`` of the worker). ``injected`` counts the faults actually injected.
+    """
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        self.armed = multiprocessing.Value("b", 0)
+        self.step = multiprocessing.Value("i", 0)
+        self.injected = multiprocessing.Value("i", 0)
+        self.kinds: dict[int, str] = {}
+
+    def arm(self, kinds: dict[int, str], *, now: bool = True) -> None:
+        """Set the schedule (before async workers fork: they copy it) and reset the counters."""
+        self.kinds = dict(kinds)
+        self.step.value, self.injected.value, self.armed.value = 0, 0, int(now)
+
+    def next_fault(self) -> str | None:
+        if not self.armed.value:
+            return None
+        with self.step.get_lock():
+            self.step.value += 1
+            kind = self.kinds.get(self.step.value)
+            if kind is not None:
+                self.injected.value += 1
+        return kind
+
+
+FAULT_PLAN = FaultPlan()
+
+
+class FaultyCountGame(CountGame):
+    """:class:`CountGame` that faults on :data:`FAULT_PLAN`'s schedule."""
+
+    def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        import os
+        import signal
+        import time
+
+        kind = FAULT_PLAN.next_fault()
+        if kind == "raise":
+            raise RuntimeError("injected fault")
+        if kind == "hang":
+            time.sleep(120)
+        if kind == "hang_hard":
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+            time.sleep(120)
+        if kind == "kill":
+            os._exit(3)
+        return super()._step_game(action)
+
+
+if not is_registered(FAULTY_TASK):
+    register(FAULTY_TASK, FaultyCountGame)

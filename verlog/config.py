@@ -9,6 +9,7 @@ values raise :class:`ConfigError` with one line naming the key. Validation of va
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -71,6 +72,10 @@ class EnvConfig:
     format_penalty: float = _f(-0.1, "added to the reward of a step whose reply was not a valid action")
     max_steps: Optional[int] = _f(None, "episode step limit (None: BALROG's limit for the task)")
     instruction_style: str = _f("full", "system prompt: full (BALROG's) or brief (mission + actions; for tiny models)")
+    step_timeout_s: Optional[float] = _f(
+        60.0, "seconds one env step/reset may take; a slower env is treated as hung, restarted and its "
+        "episode truncated (None: no limit)")
+    restart_attempts: int = _f(3, "rebuilds in a row of a faulty env (raised, hung, dead worker) before the run stops")
 
     def env_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`verlog.envs.make_env` for this config (defaults left out)."""
@@ -216,12 +221,19 @@ _CHOICES = {
 _POSITIVE = (
     "iterations", "threads", "env.num_envs", "rollout.turns_per_env", "rollout.max_response_tokens",
     "memory.max_prompt_tokens", "ppo.epochs", "ppo.minibatches", "ppo.micro_batch_size", "eval.episodes",
-    "eval.num_envs", "format_warmup.batch_size", "model.tiny.vocab_size",
+    "eval.num_envs", "format_warmup.batch_size", "model.tiny.vocab_size", "env.restart_attempts",
+    "ppo.actor_lr", "ppo.critic_lr", "ppo.max_grad_norm", "format_warmup.lr", "model.tiny.hidden_size",
+    "model.tiny.num_layers", "model.tiny.num_heads", "model.tiny.num_kv_heads", "model.tiny.intermediate_size",
+    "model.tiny.corpus_episodes", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_tensor_parallel_size",
 )
 _NON_NEGATIVE = (
     "memory.history_turns", "ppo.critic_warmup_iterations", "format_warmup.steps", "checkpoint_every",
     "eval.every", "ppo.entropy_coef", "ppo.kl_coef", "ppo.clip_low", "ppo.clip_high", "rollout.temperature",
+    "ppo.weight_decay", "ppo.value_coef", "seed", "eval.seed", "model.tiny.seed", "format_warmup.episodes",
+    "rollout.vllm_cpu_kv_cache_gb", "model.value_head_init_std",
 )
+#: Optional keys that must be positive when set.
+_POSITIVE_OR_NONE = ("ppo.target_kl", "ppo.value_clip", "env.step_timeout_s")
 _UNIT_INTERVAL = ("gae.gamma_step", "gae.lam_step", "gae.gamma_token", "gae.lam_token", "rollout.top_p")
 
 
@@ -238,6 +250,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     Raises:
         ConfigError: one line naming the first offending key.
     """
+    for key, _typ, _default, _doc in field_docs():
+        value = _get(cfg, key)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
     for key, choices in _CHOICES.items():
         if _get(cfg, key) not in choices:
             raise ConfigError(f"{key}: expected one of {', '.join(choices)}, got {_get(cfg, key)!r}")
@@ -250,6 +266,22 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     for key in _UNIT_INTERVAL:
         if not 0.0 <= _get(cfg, key) <= 1.0:
             raise ConfigError(f"{key}: expected a number in [0, 1], got {_get(cfg, key)!r}")
+    for key in _POSITIVE_OR_NONE:
+        if _get(cfg, key) is not None and _get(cfg, key) <= 0:
+            raise ConfigError(f"{key}: expected a positive number or null, got {_get(cfg, key)!r}")
+    if cfg.rollout.vllm_gpu_memory_utilization > 1:
+        raise ConfigError("rollout.vllm_gpu_memory_utilization: expected a fraction in (0, 1], "
+                          f"got {cfg.rollout.vllm_gpu_memory_utilization}")
+    if cfg.rollout.top_k != -1 and cfg.rollout.top_k < 1:
+        raise ConfigError(f"rollout.top_k: expected -1 (off) or a positive int, got {cfg.rollout.top_k}")
+    tiny = cfg.model.tiny
+    if tiny.hidden_size % tiny.num_heads or tiny.num_heads % tiny.num_kv_heads or (tiny.hidden_size // tiny.num_heads) % 2:
+        raise ConfigError(f"model.tiny.num_heads: expected to divide model.tiny.hidden_size ({tiny.hidden_size}) into an even head dim "
+                          f"and be a multiple of model.tiny.num_kv_heads ({tiny.num_kv_heads}), got {tiny.num_heads}")
+    from verlog.envs.registry import is_registered
+
+    if not is_registered(cfg.env.task):
+        raise ConfigError(f"env.task: expected a registered environment <family>/<task>, got {cfg.env.task!r}")
     if not 0 <= cfg.deepspeed.zero_stage <= 3:
         raise ConfigError(f"deepspeed.zero_stage: expected 0, 1, 2 or 3, got {cfg.deepspeed.zero_stage}")
     if cfg.ppo.dual_clip is not None and cfg.ppo.dual_clip <= 1.0:
@@ -265,6 +297,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             f"ppo.critic_warmup_iterations: {cfg.ppo.critic_warmup_iterations} leaves no policy update "
             f"in {cfg.iterations} iterations"
         )
+    if cfg.env.step_timeout_s is not None and not cfg.env.step_timeout_s > 0:
+        raise ConfigError(f"env.step_timeout_s: expected a positive number of seconds or null, "
+                          f"got {cfg.env.step_timeout_s}")
     if cfg.env.max_steps is not None and cfg.env.max_steps <= 0:
         raise ConfigError(f"env.max_steps: expected a positive number or null, got {cfg.env.max_steps}")
     return cfg
@@ -344,9 +379,13 @@ def load_recipe(recipe: str, overrides: list[str] | None = None) -> TrainConfig:
     """
     path = resolve_recipe(recipe)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"recipe {path}: malformed YAML ({str(err).splitlines()[0]})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"recipe {path}: expected UTF-8 YAML text, found undecodable bytes at offset {err.start}") from None
+    except OSError as err:
+        raise ConfigError(f"recipe {path}: cannot read it ({err.strerror or type(err).__name__})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"recipe {path}: expected a mapping of keys at the top level")
     return build_config(data, parse_overrides(overrides or []))

@@ -129,7 +129,8 @@ class Trainer:
         # interrupted run are not restored), so it does not replay the first run's episodes.
         env_seed = cfg.seed * 100_003 + self.rank * 1009 + self.start_iteration * 7919
         self.venv = make_vector_env(cfg.env.task, cfg.env.num_envs, seed=env_seed, mode=cfg.env.vector_mode,
-                                    env_kwargs=self.env_kwargs)
+                                    env_kwargs=self.env_kwargs, step_timeout_s=cfg.env.step_timeout_s,
+                                    restart_attempts=cfg.env.restart_attempts)
         self.collector = FixedTurnCollector(
             self.venv, [self.make_memory() for _ in range(cfg.env.num_envs)], self.engine, self.decode,
             self.sampling, cfg.rollout.turns_per_env, self.pad_id, seed=env_seed)
@@ -347,6 +348,8 @@ class Trainer:
             "prompt/tokens_max": max(stats.prompt_tokens) if stats.prompt_tokens else 0,
             "prompt/trimmed_turns": stats.trimmed_turns,
             "prompt/trimmed_observation_tokens": stats.trimmed_observation_tokens,
+            "env/faults": stats.env_faults,
+            "env/restarts": stats.env_restarts,
             "critic/explained_variance": explained_variance(batch.values, batch.returns, mask),
             "critic/values_mean": float(batch.values[mask].mean()),
             "critic/returns_mean": float(batch.returns[mask].mean()),
@@ -437,6 +440,8 @@ class Trainer:
                     (self.run_dir / "batches").mkdir(exist_ok=True)
                     batch.save(self.run_dir / "batches" / f"iter_{it + 1:06d}.pt")
                 metrics = self._metrics(it, batch, stats, upd, times, warm)
+                for message in stats.env_fault_messages:
+                    self._say(logger, f"iteration {it + 1}: environment fault, env restarted: {message}")
                 if cfg.eval.every and (it + 1) % cfg.eval.every == 0 and D.is_main():
                     r = self.run_eval(f"iter_{it + 1}", greedy=cfg.eval.greedy)
                     metrics["eval/success"] = r.success_mean

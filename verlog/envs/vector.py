@@ -18,8 +18,9 @@ import functools
 from typing import Any, Sequence
 
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
+from verlog.envs.faults import SupervisedAsyncVectorEnv, make_guarded_env
 from verlog.envs.registry import is_registered, make_env
 
 __all__ = ["TextVectorEnv", "make_vector_env", "split_infos", "final_observations", "final_infos"]
@@ -90,6 +91,8 @@ def make_vector_env(
     mode: str = "async",
     env_kwargs: dict[str, Any] | None = None,
     context: str | None = None,
+    step_timeout_s: float | None = None,
+    restart_attempts: int = 3,
 ) -> TextVectorEnv:
     """Build ``num_envs`` copies of the registered text env ``name`` as one gymnasium vector env.
 
@@ -103,6 +106,14 @@ def make_vector_env(
         context: multiprocessing start method for ``"async"`` (``None``: gymnasium's default, i.e. fork
             on Linux; ``"spawn"``/``"forkserver"`` need picklable ``env_kwargs`` and an env registered
             on import of its module).
+        step_timeout_s: seconds one env step/reset may take before the env counts as hung and is
+            restarted (``None``: no limit); see :mod:`verlog.envs.faults`.
+        restart_attempts: rebuild tries in a row before a fault becomes fatal (>= 1).
+
+    Every sub-env is wrapped in :class:`~verlog.envs.faults.FaultCatchingEnv` and ``async`` runs under
+    :class:`~verlog.envs.faults.SupervisedAsyncVectorEnv`: an env that raises, hangs or whose worker
+    dies is restarted and its episode ends truncated (counted in the infos, see
+    :func:`~verlog.envs.faults.count_faults`).
 
     Returns:
         A :class:`TextVectorEnv` (a gymnasium ``VectorEnv``) in ``SAME_STEP`` autoreset mode.
@@ -119,12 +130,20 @@ def make_vector_env(
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     if env_kwargs is not None and not isinstance(env_kwargs, dict):
         raise TypeError(f"env_kwargs must be a dict or None, got {type(env_kwargs).__name__}")
-    env_fns = [functools.partial(make_env, name, **(env_kwargs or {})) for _ in range(num_envs)]
+    if step_timeout_s is not None and (isinstance(step_timeout_s, bool) or not step_timeout_s > 0):
+        raise ValueError(f"step_timeout_s must be a positive number or None, got {step_timeout_s!r}")
+    if isinstance(restart_attempts, bool) or not isinstance(restart_attempts, int) or restart_attempts < 1:
+        raise ValueError(f"restart_attempts must be an int >= 1, got {restart_attempts!r}")
+    if mode not in ("sync", "async"):
+        raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
+    env_fns = [functools.partial(make_guarded_env, name, dict(env_kwargs or {}), step_timeout_s, restart_attempts)
+               for _ in range(num_envs)]
     if mode == "sync":
         vec: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     elif mode == "async":
         # AsyncVectorEnv builds env_fns[0]() in this process first, so bad env_kwargs fail here.
-        vec = AsyncVectorEnv(env_fns, shared_memory=False, autoreset_mode=AutoresetMode.SAME_STEP, context=context)
+        vec = SupervisedAsyncVectorEnv(env_fns, step_timeout_s=step_timeout_s, restart_attempts=restart_attempts,
+                                       context=context)
     else:
         raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
     return TextVectorEnv(vec, int(seed))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from verlog.batch import TurnBatch
+from verlog.envs.faults import count_faults
 from verlog.envs.vector import final_infos, final_observations, split_infos
 from verlog.rollout.engine import RolloutEngine, SamplingParams
 
@@ -24,6 +25,12 @@ class Memory(Protocol):
     def start_episode(self, instruction: str, observation: str, context: str = "") -> None: ...
     def add_turn(self, reply: str, next_observation: str, context: str = "") -> None: ...
     def prompt_ids(self) -> tuple[list[int], Any]: ...
+    @staticmethod
+    def _add_faults(stats: CollectStats, counts: Any) -> None:
+        stats.env_faults += counts.faults
+        stats.env_restarts += counts.restarts
+        stats.env_fault_messages.extend(counts.messages)
+
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
 
@@ -55,6 +62,9 @@ class CollectStats:
     generate_seconds: float = 0.0
     env_seconds: float = 0.0
     prompt_seconds: float = 0.0
+    env_faults: int = 0  # env steps/resets that raised, hung or lost their worker (episode truncated)
+    env_restarts: int = 0  # env rebuilds after a fault
+    env_fault_messages: list[str] = field(default_factory=list)  # one line per fault, for the log
 
 
 class FixedTurnCollector:
@@ -94,6 +104,7 @@ class FixedTurnCollector:
         self._returns = [0.0] * self.num_envs
         self._lengths = [0] * self.num_envs
         self._invalid = [0] * self.num_envs
+        self._start_faults = None  # fault counts of the first reset, added to the first batch's stats
 
     def _new_episode(self, n: int) -> None:
         self._episode_ids[n] = self._next_episode_id
@@ -102,6 +113,7 @@ class FixedTurnCollector:
 
     def _start(self) -> None:
         obs, infos = self.venv.reset(seed=self.seed)
+        self._start_faults = count_faults(infos)
         for n, info in enumerate(split_infos(infos, self.num_envs)):
             self.memories[n].start_episode(info["instruction"], obs[n], info["context"])
             self._new_episode(n)
@@ -118,6 +130,9 @@ class FixedTurnCollector:
             self._start()
         T, N = self.num_turns, self.num_envs
         stats = CollectStats()
+        start_faults, self._start_faults = self._start_faults, None
+        if start_faults is not None:
+            self._add_faults(stats, start_faults)
         cols: dict[str, list[list[Any]]] = {k: [] for k in (
             "prompts", "responses", "logprobs", "rewards", "terminated", "truncated", "episode_ids",
             "action_valid", "cut")}
@@ -142,6 +157,7 @@ class FixedTurnCollector:
             tic = time.perf_counter()
             obs, rewards, terminated, truncated, infos = self.venv.step(list(replies))
             stats.env_seconds += time.perf_counter() - tic
+            self._add_faults(stats, count_faults(infos))
 
             step_infos = split_infos(infos, N)
             finals_obs = final_observations(infos, N)
@@ -197,6 +213,12 @@ class FixedTurnCollector:
             pad_id=self.pad_id, max_response_tokens=self.sampling.max_tokens,
         )
         return batch, stats
+
+    @staticmethod
+    def _add_faults(stats: CollectStats, counts: Any) -> None:
+        stats.env_faults += counts.faults
+        stats.env_restarts += counts.restarts
+        stats.env_fault_messages.extend(counts.messages)
 
     def state_dict(self) -> dict:
         """Counters and memories (the environments' own state is not included)."""
