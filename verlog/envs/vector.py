@@ -8,8 +8,10 @@ are kept in the infos. ``terminated``/``truncated``/``reward`` are those of the 
 internal key names (``final_obs``, ``final_info``, ``_<key>`` masks).
 
 Seeding: ``reset(seed=s)`` seeds env ``i`` with ``s + i`` (gymnasium's rule); the vector env returned
-by :func:`make_vector_env` uses its ``seed`` argument for the first reset if none is given, and later
-episodes continue each env's own RNG, so a run is reproducible from ``seed`` alone.
+by :func:`make_vector_env` uses its ``seed`` argument for the first reset if none is given, and each
+later episode of env ``i`` is seeded with :func:`~verlog.envs.replay.episode_seed` of its first seed and
+its episode count, so a run is reproducible from ``seed`` alone and any in-flight episode can be
+re-created from its seed and replies (:func:`~verlog.envs.replay.restore_env_states`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
 from verlog.envs.registry import is_registered, make_env
+from verlog.envs.replay import ReplayableEpisodes
 
 __all__ = ["TextVectorEnv", "make_vector_env", "split_infos", "final_observations", "final_infos"]
 
@@ -119,7 +122,7 @@ def make_vector_env(
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     if env_kwargs is not None and not isinstance(env_kwargs, dict):
         raise TypeError(f"env_kwargs must be a dict or None, got {type(env_kwargs).__name__}")
-    env_fns = [functools.partial(make_env, name, **(env_kwargs or {})) for _ in range(num_envs)]
+    env_fns = [functools.partial(_replayable, name, env_kwargs or {}) for _ in range(num_envs)]
     if mode == "sync":
         vec: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     elif mode == "async":
@@ -128,6 +131,11 @@ def make_vector_env(
     else:
         raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
     return TextVectorEnv(vec, int(seed))
+
+
+def _replayable(name: str, env_kwargs: dict[str, Any]) -> ReplayableEpisodes:
+    """One sub-env with known episode seeds and a reply log (see :mod:`verlog.envs.replay`)."""
+    return ReplayableEpisodes(make_env(name, **env_kwargs))
 
 
 def _num_envs(infos: dict[str, Any], num_envs: int | None) -> int:
