@@ -38,6 +38,7 @@ from verlog.envs.vector import make_vector_env
 from verlog.builders import decoder, evaluate_config, memory_factory, sampling_params
 from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
+from verlog.resume import load_rng_states, save_rng_states
 from verlog.models import build_tiny_model, load_actor, load_critic, load_tokenizer
 from verlog.rollout.collector import CollectStats, FixedTurnCollector
 from verlog.scoring import Rows, batched, critic_outputs, pack_prompts, pack_rows, policy_outputs
@@ -125,9 +126,8 @@ class Trainer:
 
         self.engine = self._make_rollout_engine(actor_path)
         self.sampling = sampling_params(cfg.rollout)
-        # A resumed run starts its environments from fresh seeds (the in-flight episodes of the
-        # interrupted run are not restored), so it does not replay the first run's episodes.
-        env_seed = cfg.seed * 100_003 + self.rank * 1009 + self.start_iteration * 7919
+        # A resumed run re-creates the interrupted run's in-flight episodes (load_resume_state).
+        env_seed = cfg.seed * 100_003 + self.rank * 1009
         self.venv = make_vector_env(cfg.env.task, cfg.env.num_envs, seed=env_seed, mode=cfg.env.vector_mode,
                                     env_kwargs=self.env_kwargs)
         self.collector = FixedTurnCollector(
@@ -135,7 +135,38 @@ class Trainer:
             self.sampling, cfg.rollout.turns_per_env, self.pad_id, seed=env_seed)
         self._recent_success: deque[float] = deque(maxlen=100)
         self._turns_done = self.start_iteration * self.turns_per_batch * self.world
-        self._update_rng = torch.Generator().manual_seed(cfg.seed + 7 * self.rank + self.start_iteration)
+        self._update_rng = torch.Generator().manual_seed(cfg.seed + 7 * self.rank)
+        self.skipped_steps = {"total": 0, "consecutive": 0}
+        self.stop_requested: str | None = None  # the name of a caught signal
+        if resume_from is not None:
+            self._load_resume_state(resume_from)
+
+    # ------------------------------------------------------------------ exact resume
+    def _rank_state(self) -> dict[str, Any]:
+        return {"collector": self.collector.state_dict(), "recent_success": list(self._recent_success),
+                "turns_done": self._turns_done, "skipped_steps": dict(self.skipped_steps)}
+
+    def _generators(self) -> dict[str, torch.Generator]:
+        return {"update": self._update_rng, "rollout": self.engine.generator}
+
+    def _load_resume_state(self, ckpt: Path) -> None:
+        """Restore this rank's collector (replaying in-flight episodes), counters and RNG states.
+
+        Raises:
+            FileNotFoundError: the checkpoint holds no state for this rank.
+        """
+        path = ckpt / f"state_rank{self.rank}.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"resume: {path} is missing (a checkpoint of another world size "
+                                    "or of a Verlog without exact resume)")
+        state = json.loads(path.read_text())
+        self.collector.load_state_dict(state["collector"])
+        self._recent_success.extend(float(x) for x in state["recent_success"])
+        self._turns_done = int(state["turns_done"])
+        self.skipped_steps = {k: int(v) for k, v in state["skipped_steps"].items()}
+        if D.is_main():
+            _truncate_metrics(self.run_dir / "metrics.jsonl", self.start_iteration)
+        load_rng_states(ckpt, self.rank, self._generators())  # last: nothing may draw after this
 
     # ------------------------------------------------------------------ set-up helpers
     @property
@@ -379,6 +410,8 @@ class Trainer:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         self._barrier()
+        (tmp / f"state_rank{self.rank}.json").write_text(json.dumps(self._rank_state()))
+        save_rng_states(tmp, self.rank, self._generators())
         self.actor.save_checkpoint(str(tmp / "ds"), tag="actor")
         self.critic.save_checkpoint(str(tmp / "ds"), tag="critic")
         actor_state = dict(D.gathered_named_parameters(self.actor.module))
@@ -388,9 +421,11 @@ class Trainer:
             self.tokenizer.save_pretrained(tmp / "actor")
             self.critic.module.save_pretrained(tmp / "critic", state_dict=critic_state)
             self.tokenizer.save_pretrained(tmp / "critic")
-            state = {"iteration": iteration, "collector": self.collector.state_dict(),
+            state = {"iteration": iteration, "world_size": self.world,
                      "eval_results": self.eval_results, "config": to_dict(self.cfg)}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
+        self._barrier()  # every rank's own state files are written
+        if D.is_main():
             (tmp / CHECKPOINT_MARKER).write_text("ok\n")
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
@@ -463,6 +498,31 @@ class Trainer:
             logger.write(message)
         else:
             print(message, flush=True)
+
+
+def _truncate_metrics(path: Path, iteration: int) -> None:
+    """Keep the metric rows of iterations <= ``iteration`` (those the checkpoint includes).
+
+    Rows logged after the checkpoint by the interrupted run (and a line cut short by a kill) are
+    dropped because the resumed run logs those iterations again; the count is printed.
+    """
+    if not path.is_file():
+        return
+    kept, dropped = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            dropped += 1
+            continue
+        if int(row["iteration"]) <= iteration:
+            kept.append(line)
+        else:
+            dropped += 1
+    path.write_text("".join(line + "\n" for line in kept))
+    if dropped:
+        print(f"resume: dropped {dropped} metric line(s) after iteration {iteration}; they are logged again",
+              flush=True)
 
 
 def _mean(xs: list[float]) -> float:
