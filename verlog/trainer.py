@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import shutil
 import time
@@ -57,7 +58,8 @@ def seed_everything(seed: int) -> None:
 def newest_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete checkpoint directory of a run (a half-written one has no marker)."""
     ckpts = sorted((run_dir / "checkpoints").glob("iter_*"))
-    complete = [c for c in ckpts if (c / CHECKPOINT_MARKER).is_file()]
+    # iter_<k>.tmp is a checkpoint being written (a kill may even leave one with its marker).
+    complete = [c for c in ckpts if (c / CHECKPOINT_MARKER).is_file() and not c.name.endswith(".tmp")]
     return complete[-1] if complete else None
 
 
@@ -519,7 +521,9 @@ def _truncate_metrics(path: Path, iteration: int) -> None:
             kept.append(line)
         else:
             dropped += 1
-    path.write_text("".join(line + "\n" for line in kept))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    os.replace(tmp, path)  # a kill during the rewrite leaves the old file
     if dropped:
         print(f"resume: dropped {dropped} metric line(s) after iteration {iteration}; they are logged again",
               flush=True)

@@ -1,0 +1,50 @@
+"""Exact resume: a run killed with SIGKILL after a checkpoint and resumed logs the same metrics."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import soak_resume as soak  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    root = tmp_path_factory.mktemp("resume")
+    _, tail = soak.start_and_maybe_kill(root, "reference", None)
+    return root, tail, soak.metrics(root, "reference")
+
+
+def test_sigkilled_run_resumes_to_the_same_metrics(reference):
+    root, tail, ref = reference
+    assert [r["iteration"] for r in ref] == [1, 2, 3, 4]
+    delay = random.Random().uniform(0.0, 0.6 * tail)  # a random point before the run would end
+    killed, rows = soak.kill_and_resume(root, "killed", delay)
+    assert killed, f"the run finished within {delay:.2f} s; it was not killed"
+    assert soak.mismatches(ref, rows) == []
+    state = json.loads((root / "killed" / "checkpoints" / "iter_000004" / "state_rank0.json").read_text())
+    assert {"collector", "recent_success", "turns_done"} <= set(state)
+    assert len(state["collector"]["envs"]) == 2 and "replies" in state["collector"]["envs"][0]
+
+
+def test_mismatches_reports_a_changed_metric_but_not_timings(reference):
+    _, _, ref = reference
+    other = [dict(r) for r in ref]
+    other[1]["time/update"] = 123.0
+    other[1]["turns_per_second"] = 1.0
+    assert soak.mismatches(ref, other) == []
+    other[2]["critic/value_loss"] = ref[2]["critic/value_loss"] + 1e-2
+    assert len(soak.mismatches(ref, other)) == 1
+
+
+def test_resume_without_a_complete_checkpoint_fails(tmp_path):
+    (tmp_path / "r" / "checkpoints" / "iter_000001.tmp").mkdir(parents=True)
+    (tmp_path / "r" / "checkpoints" / "iter_000001.tmp" / "COMPLETE").write_text("ok\n")
+    from verlog.trainer import newest_checkpoint
+
+    assert newest_checkpoint(tmp_path / "r") is None  # a half-renamed checkpoint is never used
