@@ -136,6 +136,7 @@ def main() -> int:
     parser.add_argument("--root", type=Path, default=None)
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="soak_resume_"))
+    root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
     _, tail = start_and_maybe_kill(root, "reference", None)
     reference = metrics(root, "reference")
