@@ -48,3 +48,46 @@ def test_resume_without_a_complete_checkpoint_fails(tmp_path):
     from verlog.trainer import newest_checkpoint
 
     assert newest_checkpoint(tmp_path / "r") is None  # a half-renamed checkpoint is never used
+
+
+def _start(root: Path, name: str, *extra: str):
+    import subprocess
+
+    return subprocess.Popen(soak.train_command(root, name, *extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=soak._env())
+
+
+def _wait_for_metrics(path: Path, proc, timeout: float = 300) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (path.is_file() and path.read_text().strip()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first iteration"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_signal_finishes_the_iteration_checkpoints_and_prints_how_to_resume(reference, signame):
+    import shlex
+    import signal
+    import subprocess
+
+    root, _, ref = reference
+    name = f"sig_{signame}"
+    proc = _start(root, name, "checkpoint_every=0")  # only the signal writes a checkpoint before the end
+    _wait_for_metrics(root / name / "metrics.jsonl", proc)
+    proc.send_signal(getattr(signal, signame))
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    ckpts = [c for c in (root / name / "checkpoints").glob("iter_*") if (c / "COMPLETE").is_file()]
+    assert len(ckpts) == 1 and int(ckpts[0].name.split("_")[1]) < 4, out[-2000:]
+    assert not (root / name / "eval.json").exists()  # stopped early: no final evaluation
+    lines = [line for line in out.splitlines() if "resume with:" in line]
+    assert len(lines) == 1, out[-2000:]
+    command = shlex.split(lines[0].split("resume with:", 1)[1])
+    assert command[0] == "verlog-train" and command[2] == f"resume={root / name}"
+    if signame == "SIGTERM":  # the printed command continues the run exactly
+        done = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()",
+                               *command[1:]], capture_output=True, text=True, timeout=600, env=soak._env())
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert soak.mismatches(ref, soak.metrics(root, name)) == []

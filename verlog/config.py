@@ -138,6 +138,9 @@ class PPOConfig:
     kl_in_reward: bool = _f(False, "apply the KL as a per-token reward penalty instead of a loss term")
     max_grad_norm: float = _f(1.0, "gradient clipping (global norm)")
     target_kl: Optional[float] = _f(None, "stop the update's remaining minibatches when approx-KL exceeds this")
+    max_skipped_steps: int = _f(10, "stop the run, after writing a checkpoint, when more than this many optimizer "
+                                "steps in a row (actor and critic counted together) were skipped for a non-finite "
+                                "loss or gradient norm; every skip is counted in update/skipped_steps")
     critic_warmup_iterations: int = _f(0, "value-only iterations on rollouts of the untrained policy before the first policy update")
 
 
@@ -219,7 +222,7 @@ _POSITIVE = (
     "eval.num_envs", "format_warmup.batch_size", "model.tiny.vocab_size",
 )
 _NON_NEGATIVE = (
-    "memory.history_turns", "ppo.critic_warmup_iterations", "format_warmup.steps", "checkpoint_every",
+    "memory.history_turns", "ppo.critic_warmup_iterations", "ppo.max_skipped_steps", "format_warmup.steps", "checkpoint_every",
     "eval.every", "ppo.entropy_coef", "ppo.kl_coef", "ppo.clip_low", "ppo.clip_high", "rollout.temperature",
 )
 _UNIT_INTERVAL = ("gae.gamma_step", "gae.lam_step", "gae.gamma_token", "gae.lam_token", "rollout.top_p")

@@ -19,6 +19,9 @@ import math
 import os
 import random
 import shutil
+import signal
+import sys
+import threading
 import time
 from collections import deque
 from dataclasses import asdict
@@ -46,6 +49,10 @@ from verlog.scoring import Rows, batched, critic_outputs, pack_prompts, pack_row
 from verlog.warmup import collect_prompts, env_corpus, format_warmup
 
 CHECKPOINT_MARKER = "COMPLETE"
+
+
+class NumericalFault(RuntimeError):
+    """Too many optimizer steps in a row were skipped for non-finite values (a checkpoint was written)."""
 
 
 def seed_everything(seed: int) -> None:
@@ -294,6 +301,7 @@ class Trainer:
         self.critic.train()
         actor_stopped = not train_actor
         mb_rows = M // cfg.minibatches
+        skipped_here = 0
         for _epoch in range(cfg.epochs):
             perm = torch.randperm(M, generator=self._update_rng)
             for start in range(0, M, mb_rows):
@@ -302,6 +310,7 @@ class Trainer:
                 micro = idx.split(cfg.micro_batch_size)
                 if not actor_stopped:
                     kl_sum = 0.0
+                    finite = True
                     for mi in micro:
                         r = rows.select(mi)
                         m = mask[mi]
@@ -316,35 +325,78 @@ class Trainer:
                             kl_sum = (kl_penalty(logp, ref_lp[mi], cfg.kl_kind) * m).sum()
                             loss = loss + cfg.kl_coef * kl_sum / n_tok
                             add("actor/kl_ref", kl_sum.item() / max(w, 1.0), w)
+                        # A non-finite loss is still back-propagated: its non-finite gradients make
+                        # DeepSpeed skip the whole minibatch's optimizer step (see _after_step).
+                        finite = finite and bool(torch.isfinite(loss))
                         self.actor.backward(loss, scale_wrt_gas=False)
                         self.actor.step()
+                        if not bool(torch.isfinite(loss)):
+                            continue  # counted in update/skipped_steps, not averaged into the losses
                         add("actor/pg_loss", pg.item() * n_tok / max(w, 1.0), w)
                         add("actor/entropy", ent_sum.item() / max(w, 1.0), w)
                         for key in ("clip_fraction", "approx_kl", "ratio_mean"):
                             if key in stats:
                                 add(f"actor/{key}", float(stats[key]), w)
                         kl_sum += float(stats.get("approx_kl", 0.0)) * w
-                    add("actor/grad_norm", _grad_norm(self.actor), 1.0)
+                    if self._after_step(self.actor, "actor", finite):
+                        add("actor/grad_norm", _grad_norm(self.actor), 1.0)
+                    else:
+                        skipped_here += 1
                     if cfg.target_kl is not None and kl_sum / max(n_tok, 1.0) > cfg.target_kl:
                         actor_stopped = True
                         sums["actor/early_stopped"], weights["actor/early_stopped"] = 1.0, 1.0
+                finite = True
                 for mi in micro:
                     r = rows.select(mi)
                     m = mask[mi]
                     values = critic_outputs(self.critic, r)
                     vl, vstats = value_loss(values, old_v[mi], ret[mi], m, clip_range=cfg.value_clip,
                                             loss_normalizer=n_tok)
+                    finite = finite and bool(torch.isfinite(vl))
                     self.critic.backward(cfg.value_coef * vl, scale_wrt_gas=False)
                     self.critic.step()
+                    if not bool(torch.isfinite(vl)):
+                        continue
                     w = float(m.sum())
                     add("critic/value_loss", vl.item() * n_tok / max(w, 1.0), w)
                     add("critic/value_clip_fraction", float(vstats["value_clip_fraction"]), w)
-                add("critic/grad_norm", _grad_norm(self.critic), 1.0)
+                if self._after_step(self.critic, "critic", finite):
+                    add("critic/grad_norm", _grad_norm(self.critic), 1.0)
+                else:
+                    skipped_here += 1
         self.actor.eval()
         self.critic.eval()
         out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
         out.setdefault("actor/early_stopped", 0.0)
+        out["update/skipped_steps"] = float(skipped_here)
+        out["update/skipped_steps_total"] = float(self.skipped_steps["total"])
+        out["update/skipped_steps_consecutive"] = float(self.skipped_steps["consecutive"])
         return out
+
+    def _after_step(self, engine: Any, name: str, losses_finite: bool) -> bool:
+        """Account for one optimizer step (a minibatch boundary); True when it was applied.
+
+        DeepSpeed's ZeRO optimizer skips a step whose gradient norm is not finite (and zeroes the
+        gradients), so a non-finite loss or gradient norm leaves the weights and optimizer state
+        untouched; such a step is counted in ``self.skipped_steps``.
+
+        Raises:
+            RuntimeError: the engine applied a step despite a non-finite loss or gradient norm
+                (an optimizer without DeepSpeed's overflow check, e.g. ``deepspeed.zero_stage=0``).
+        """
+        applied = bool(engine.was_step_applied())
+        if applied and not (losses_finite and math.isfinite(_grad_norm(engine))):
+            raise RuntimeError(f"{name}: DeepSpeed applied an optimizer step with a non-finite loss or gradient "
+                               f"norm (zero_stage={self.cfg.deepspeed.zero_stage} does not skip it); use "
+                               "deepspeed.zero_stage 1-3")
+        if applied:
+            self.skipped_steps["consecutive"] = 0
+        else:
+            self.skipped_steps["total"] += 1
+            self.skipped_steps["consecutive"] += 1
+            print(f"{name}: optimizer step skipped (non-finite loss or gradient norm); "
+                  f"{self.skipped_steps['consecutive']} in a row, {self.skipped_steps['total']} in total", flush=True)
+        return applied
 
     def sync_weights(self) -> None:
         """Load the actor's current weights into the rollout engine."""
@@ -404,9 +456,12 @@ class Trainer:
         payload.update(self.eval_results)
         (self.run_dir / "eval.json").write_text(json.dumps(payload, indent=2))
 
+    def _checkpoint_dir(self, iteration: int) -> Path:
+        return self.run_dir / "checkpoints" / f"iter_{iteration:06d}"
+
     def save_checkpoint(self, iteration: int) -> Path:
         """Write ``checkpoints/iter_<k>/`` atomically (aside, then rename; marker written last)."""
-        final = self.run_dir / "checkpoints" / f"iter_{iteration:06d}"
+        final = self._checkpoint_dir(iteration)
         tmp = final.with_name(final.name + ".tmp")
         if D.is_main():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -436,7 +491,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ main loop
     def train(self) -> dict[str, Any]:
-        """Run (or continue) the configured iterations, then evaluate; returns ``eval.json``'s content."""
+        """Run (or continue) the configured iterations, then evaluate; returns ``eval.json``'s content.
+
+        SIGINT/SIGTERM end the run after the current iteration with a checkpoint and return
+        ``{"stopped": True, "iteration": k}`` (no evaluation); a second signal aborts at once.
+
+        Raises:
+            NumericalFault: more than ``ppo.max_skipped_steps`` optimizer steps in a row were
+                skipped (a checkpoint of the iteration is written first).
+        """
         cfg = self.cfg
         logger = None
         if D.is_main():
@@ -446,6 +509,7 @@ class Trainer:
                              "name": cfg.name, "config": to_dict(cfg)}
             logger = MetricLogger(self.run_dir, total_iterations=cfg.iterations, start_iteration=self.start_iteration,
                                   wandb_config=wandb_cfg, progress=cfg.logging.progress)
+        previous_handlers = self._install_signal_handlers()
         try:
             if self.start_iteration == 0 and cfg.eval.baseline and D.is_main():
                 for greedy in (True, False):
@@ -479,8 +543,21 @@ class Trainer:
                     metrics["eval/success"] = r.success_mean
                 if logger is not None:
                     logger.log(metrics)
-                if cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0 and it + 1 < cfg.iterations:
+                saved = bool(cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0 and it + 1 < cfg.iterations)
+                if saved:
                     self.save_checkpoint(it + 1)
+                if self.skipped_steps["consecutive"] > cfg.ppo.max_skipped_steps:
+                    ckpt = self.save_checkpoint(it + 1) if not saved else self._checkpoint_dir(it + 1)
+                    raise NumericalFault(
+                        f"{self.skipped_steps['consecutive']} optimizer steps in a row were skipped for a non-finite "
+                        f"loss or gradient norm (ppo.max_skipped_steps={cfg.ppo.max_skipped_steps}); stopped after "
+                        f"iteration {it + 1} with a checkpoint in {ckpt}")
+                if self._stop_agreed():
+                    if not saved:
+                        self.save_checkpoint(it + 1)
+                    self._say(logger, f"stopped by {self.stop_requested or 'a signal on another rank'} after "
+                                      f"iteration {it + 1}; resume with: {self.resume_command()}")
+                    return {"stopped": True, "iteration": it + 1}
             self.save_checkpoint(cfg.iterations)
             if D.is_main():
                 for greedy in (True, False):
@@ -489,10 +566,42 @@ class Trainer:
                                       f"{r.success_mean:.3f} ± {r.success_se:.3f} over {r.episodes} episodes")
                 self._write_eval_json()
         finally:
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
             if logger is not None:
                 logger.close()
             self.venv.close()
         return json.loads((self.run_dir / "eval.json").read_text()) if D.is_main() else {}
+
+    def resume_command(self) -> str:
+        """The command line that continues this run from its newest checkpoint."""
+        return f"verlog-train {self.run_dir / 'config.yaml'} resume={self.run_dir}"
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        """SIGINT/SIGTERM: finish the current iteration, checkpoint, return; a second one aborts.
+
+        Returns the previous handlers (restored when :meth:`train` ends); none are installed outside
+        the main thread, where Python does not allow it.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum: int, _frame: Any) -> None:
+            if self.stop_requested is not None:  # asked twice: stop now, without a checkpoint
+                raise KeyboardInterrupt
+            self.stop_requested = signal.Signals(signum).name
+            print(f"{self.stop_requested}: finishing the current iteration, then writing a checkpoint "
+                  "(send it again to abort now)", file=sys.stderr, flush=True)
+
+        previous = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, handler)
+        return previous
+
+    def _stop_agreed(self) -> bool:
+        """Whether any rank caught a stop signal (all ranks stop after the same iteration)."""
+        flag = torch.tensor([1.0 if self.stop_requested is not None else 0.0], device=D.device())
+        return bool(D.all_reduce_sum(flag).item() > 0)
 
     @staticmethod
     def _say(logger: MetricLogger | None, message: str) -> None:
