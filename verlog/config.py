@@ -139,7 +139,7 @@ class PPOConfig:
     max_grad_norm: float = _f(1.0, "gradient clipping (global norm)")
     target_kl: Optional[float] = _f(None, "stop the update's remaining minibatches when approx-KL exceeds this")
     max_skipped_steps: int = _f(10, "stop the run, after writing a checkpoint, when more than this many optimizer "
-                                "steps in a row (actor and critic counted together) were skipped for a non-finite "
+                                "steps in a row of one engine (actor or critic) were skipped for a non-finite "
                                 "loss or gradient norm; every skip is counted in update/skipped_steps")
     critic_warmup_iterations: int = _f(0, "value-only iterations on rollouts of the untrained policy before the first policy update")
 

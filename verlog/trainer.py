@@ -145,7 +145,8 @@ class Trainer:
         self._recent_success: deque[float] = deque(maxlen=100)
         self._turns_done = self.start_iteration * self.turns_per_batch * self.world
         self._update_rng = torch.Generator().manual_seed(cfg.seed + 7 * self.rank)
-        self.skipped_steps = {"total": 0, "consecutive": 0}
+        # optimizer steps skipped for non-finite values: in total, and in a row per engine
+        self.skipped_steps = {"total": 0, "actor": 0, "critic": 0}
         self.stop_requested: str | None = None  # the name of a caught signal
         if resume_from is not None:
             self._load_resume_state(resume_from)
@@ -370,7 +371,7 @@ class Trainer:
         out.setdefault("actor/early_stopped", 0.0)
         out["update/skipped_steps"] = float(skipped_here)
         out["update/skipped_steps_total"] = float(self.skipped_steps["total"])
-        out["update/skipped_steps_consecutive"] = float(self.skipped_steps["consecutive"])
+        out["update/skipped_steps_consecutive"] = float(self._consecutive_skips())
         return out
 
     def _after_step(self, engine: Any, name: str, losses_finite: bool) -> bool:
@@ -390,13 +391,17 @@ class Trainer:
                                f"norm (zero_stage={self.cfg.deepspeed.zero_stage} does not skip it); use "
                                "deepspeed.zero_stage 1-3")
         if applied:
-            self.skipped_steps["consecutive"] = 0
+            self.skipped_steps[name] = 0
         else:
             self.skipped_steps["total"] += 1
-            self.skipped_steps["consecutive"] += 1
+            self.skipped_steps[name] += 1
             print(f"{name}: optimizer step skipped (non-finite loss or gradient norm); "
-                  f"{self.skipped_steps['consecutive']} in a row, {self.skipped_steps['total']} in total", flush=True)
+                  f"{self.skipped_steps[name]} in a row, {self.skipped_steps['total']} in total", flush=True)
         return applied
+
+    def _consecutive_skips(self) -> int:
+        """The longest current run of skipped steps of one engine (actor or critic)."""
+        return max(self.skipped_steps["actor"], self.skipped_steps["critic"])
 
     def sync_weights(self) -> None:
         """Load the actor's current weights into the rollout engine."""
@@ -546,10 +551,10 @@ class Trainer:
                 saved = bool(cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0 and it + 1 < cfg.iterations)
                 if saved:
                     self.save_checkpoint(it + 1)
-                if self.skipped_steps["consecutive"] > cfg.ppo.max_skipped_steps:
+                if self._consecutive_skips() > cfg.ppo.max_skipped_steps:
                     ckpt = self.save_checkpoint(it + 1) if not saved else self._checkpoint_dir(it + 1)
                     raise NumericalFault(
-                        f"{self.skipped_steps['consecutive']} optimizer steps in a row were skipped for a non-finite "
+                        f"{self._consecutive_skips()} optimizer steps in a row were skipped for a non-finite "
                         f"loss or gradient norm (ppo.max_skipped_steps={cfg.ppo.max_skipped_steps}); stopped after "
                         f"iteration {it + 1} with a checkpoint in {ckpt}")
                 if self._stop_agreed():
