@@ -626,6 +626,8 @@ def _truncate_metrics(path: Path, iteration: int) -> None:
         return
     kept, dropped = [], 0
     for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
