@@ -91,3 +91,26 @@ def test_signal_finishes_the_iteration_checkpoints_and_prints_how_to_resume(refe
                                *command[1:]], capture_output=True, text=True, timeout=600, env=soak._env())
         assert done.returncode == 0, done.stderr[-3000:]
         assert soak.mismatches(ref, soak.metrics(root, name)) == []
+
+
+def test_rng_states_round_trip_without_pickle(tmp_path):
+    import numpy as np
+    import torch
+
+    from verlog.resume import load_rng_states, save_rng_states
+
+    gen = torch.Generator().manual_seed(3)
+    random.seed(1), np.random.seed(2), torch.manual_seed(4), torch.rand(3, generator=gen)
+    np.random.standard_normal()  # leaves a cached gaussian in numpy's legacy state
+    save_rng_states(tmp_path, 0, {"update": gen})
+    def draw():
+        return (random.random(), float(np.random.standard_normal()), torch.rand(2).tolist(),
+                torch.rand(2, generator=gen).tolist())
+
+    draws = draw()
+    random.seed(9), np.random.seed(9), torch.manual_seed(9), gen.manual_seed(9)
+    load_rng_states(tmp_path, 0, {"update": gen})
+    assert draw() == draws
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rng_rank0.json", "rng_rank0.safetensors"]
+    with pytest.raises(FileNotFoundError, match="rng_rank1"):
+        load_rng_states(tmp_path, 1, {})
