@@ -1,22 +1,29 @@
-"""Random-number-generator states for exact resume, written without pickle.
+"""Helpers of checkpoint/resume: RNG states (without pickle), metric rows, stop signals.
 
 Per rank, a checkpoint holds ``rng_rank<r>.json`` (python ``random`` and numpy's global state) and
 ``rng_rank<r>.safetensors`` (torch's CPU state, every CUDA device's state when there is one, and any
 named ``torch.Generator`` such as the trainer's update stream and the rollout engine's sampling
-stream). Loading reads JSON and safetensors only.
+stream). Loading reads JSON and safetensors only. :func:`truncate_metrics` drops metric rows that
+a resumed run logs again; :class:`StopSignals` turns SIGINT/SIGTERM into a request to stop after
+the current iteration.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-__all__ = ["save_rng_states", "load_rng_states"]
+__all__ = ["save_rng_states", "load_rng_states", "truncate_metrics", "StopSignals"]
 
 
 def save_rng_states(directory: Path, rank: int, generators: dict[str, torch.Generator]) -> None:
@@ -65,3 +72,65 @@ def load_rng_states(directory: Path, rank: int, generators: dict[str, torch.Gene
             torch.cuda.set_rng_state_all(cuda)
     for key, gen in generators.items():
         gen.set_state(tensors[f"gen_{key}"])
+
+
+def truncate_metrics(path: Path, iteration: int) -> None:
+    """Keep the ``metrics.jsonl`` rows of iterations <= ``iteration`` (those a checkpoint includes).
+
+    Rows logged after the checkpoint by the interrupted run (and a line cut short by a kill) are
+    dropped because the resumed run logs those iterations again; the count is printed. The file is
+    replaced atomically, so a kill during the rewrite leaves the old one.
+    """
+    if not path.is_file():
+        return
+    kept, dropped = [], 0
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            dropped += 1
+            continue
+        if int(row["iteration"]) <= iteration:
+            kept.append(line)
+        else:
+            dropped += 1
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    os.replace(tmp, path)
+    if dropped:
+        print(f"resume: dropped {dropped} metric line(s) after iteration {iteration}; they are logged again",
+              flush=True)
+
+
+class StopSignals:
+    """SIGINT/SIGTERM handlers that only record a stop request; a second signal aborts at once.
+
+    Attributes:
+        requested: the name of the first signal caught (``"SIGTERM"``), or ``None``.
+    """
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        """Install the handlers (only in the main thread, where Python allows it)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        """Put the previous handlers back."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.requested is not None:  # asked twice: stop now, without a checkpoint
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+        print(f"{self.requested}: finishing the current iteration, then writing a checkpoint "
+              "(send it again to abort now)", file=sys.stderr, flush=True)

@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import shutil
-import signal
-import sys
-import threading
 import time
 from collections import deque
 from dataclasses import asdict
@@ -42,7 +38,7 @@ from verlog.envs.vector import make_vector_env
 from verlog.builders import decoder, evaluate_config, memory_factory, sampling_params
 from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
-from verlog.resume import load_rng_states, save_rng_states
+from verlog.resume import StopSignals, load_rng_states, save_rng_states, truncate_metrics
 from verlog.models import build_tiny_model, load_actor, load_critic, load_tokenizer
 from verlog.rollout.collector import CollectStats, FixedTurnCollector
 from verlog.scoring import Rows, batched, critic_outputs, pack_prompts, pack_rows, policy_outputs
@@ -147,7 +143,7 @@ class Trainer:
         self._update_rng = torch.Generator().manual_seed(cfg.seed + 7 * self.rank)
         # optimizer steps skipped for non-finite values: in total, and in a row per engine
         self.skipped_steps = {"total": 0, "actor": 0, "critic": 0}
-        self.stop_requested: str | None = None  # the name of a caught signal
+        self.stop_signals = StopSignals()  # SIGINT/SIGTERM during train(): stop after the iteration
         if resume_from is not None:
             self._load_resume_state(resume_from)
 
@@ -175,7 +171,7 @@ class Trainer:
         self._turns_done = int(state["turns_done"])
         self.skipped_steps = {k: int(v) for k, v in state["skipped_steps"].items()}
         if D.is_main():
-            _truncate_metrics(self.run_dir / "metrics.jsonl", self.start_iteration)
+            truncate_metrics(self.run_dir / "metrics.jsonl", self.start_iteration)
         load_rng_states(ckpt, self.rank, self._generators())  # last: nothing may draw after this
 
     # ------------------------------------------------------------------ set-up helpers
@@ -514,7 +510,7 @@ class Trainer:
                              "name": cfg.name, "config": to_dict(cfg)}
             logger = MetricLogger(self.run_dir, total_iterations=cfg.iterations, start_iteration=self.start_iteration,
                                   wandb_config=wandb_cfg, progress=cfg.logging.progress)
-        previous_handlers = self._install_signal_handlers()
+        self.stop_signals.install()
         try:
             if self.start_iteration == 0 and cfg.eval.baseline and D.is_main():
                 for greedy in (True, False):
@@ -560,7 +556,7 @@ class Trainer:
                 if self._stop_agreed():
                     if not saved:
                         self.save_checkpoint(it + 1)
-                    self._say(logger, f"stopped by {self.stop_requested or 'a signal on another rank'} after "
+                    self._say(logger, f"stopped by {self.stop_signals.requested or 'a signal on another rank'} after "
                                       f"iteration {it + 1}; resume with: {self.resume_command()}")
                     return {"stopped": True, "iteration": it + 1}
             self.save_checkpoint(cfg.iterations)
@@ -571,8 +567,7 @@ class Trainer:
                                       f"{r.success_mean:.3f} ± {r.success_se:.3f} over {r.episodes} episodes")
                 self._write_eval_json()
         finally:
-            for signum, handler in previous_handlers.items():
-                signal.signal(signum, handler)
+            self.stop_signals.restore()
             if logger is not None:
                 logger.close()
             self.venv.close()
@@ -582,30 +577,9 @@ class Trainer:
         """The command line that continues this run from its newest checkpoint."""
         return f"verlog-train {self.run_dir / 'config.yaml'} resume={self.run_dir}"
 
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        """SIGINT/SIGTERM: finish the current iteration, checkpoint, return; a second one aborts.
-
-        Returns the previous handlers (restored when :meth:`train` ends); none are installed outside
-        the main thread, where Python does not allow it.
-        """
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def handler(signum: int, _frame: Any) -> None:
-            if self.stop_requested is not None:  # asked twice: stop now, without a checkpoint
-                raise KeyboardInterrupt
-            self.stop_requested = signal.Signals(signum).name
-            print(f"{self.stop_requested}: finishing the current iteration, then writing a checkpoint "
-                  "(send it again to abort now)", file=sys.stderr, flush=True)
-
-        previous = {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, handler)
-        return previous
-
     def _stop_agreed(self) -> bool:
         """Whether any rank caught a stop signal (all ranks stop after the same iteration)."""
-        flag = torch.tensor([1.0 if self.stop_requested is not None else 0.0], device=D.device())
+        flag = torch.tensor([1.0 if self.stop_signals.requested is not None else 0.0], device=D.device())
         return bool(D.all_reduce_sum(flag).item() > 0)
 
     @staticmethod
@@ -614,35 +588,6 @@ class Trainer:
             logger.write(message)
         else:
             print(message, flush=True)
-
-
-def _truncate_metrics(path: Path, iteration: int) -> None:
-    """Keep the metric rows of iterations <= ``iteration`` (those the checkpoint includes).
-
-    Rows logged after the checkpoint by the interrupted run (and a line cut short by a kill) are
-    dropped because the resumed run logs those iterations again; the count is printed.
-    """
-    if not path.is_file():
-        return
-    kept, dropped = [], 0
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            dropped += 1
-            continue
-        if int(row["iteration"]) <= iteration:
-            kept.append(line)
-        else:
-            dropped += 1
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in kept))
-    os.replace(tmp, path)  # a kill during the rewrite leaves the old file
-    if dropped:
-        print(f"resume: dropped {dropped} metric line(s) after iteration {iteration}; they are logged again",
-              flush=True)
 
 
 def _mean(xs: list[float]) -> float:
