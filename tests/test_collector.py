@@ -95,3 +95,32 @@ def test_async_matches_sync(tokenizer):
     for field in ("prompt_ids", "response_ids", "rewards", "terminated", "truncated", "episode_ids"):
         assert torch.equal(getattr(a, field), getattr(b, field)), field
     assert a.bootstrap_prompts == b.bootstrap_prompts
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_state_dict_round_trip_continues_in_flight_episodes_exactly(tokenizer, mode):
+    import json
+
+    first = [["ACTION: wait", "ACTION: wait"], ["ACTION: end", "gibberish"], ["ACTION: wait", "ACTION: wait"]]
+    then = [["ACTION: wait", "ACTION: end"], ["ACTION: wait", "ACTION: wait"], ["ACTION: end", "ACTION: wait"]]
+    a, _, venv_a = make_collector(tokenizer, first + then, turns=3, mode=mode)
+    b, _, venv_b = make_collector(tokenizer, then, turns=3, mode=mode)
+    try:
+        a.collect()
+        state = json.loads(json.dumps(a.state_dict()))  # plain JSON, no pickle
+        assert state["lengths"] == [1, 3] and state["invalid"] == [0, 1]  # env 0 restarted at t=1
+        replies = state["envs"][1]["replies"]  # the decoded replies since env 1's reset
+        assert len(replies) == 3 and replies[0] == replies[2] == "ACTION: wait"
+        b.load_state_dict(state)
+        batch_a, stats_a = a.collect()
+        batch_b, stats_b = b.collect()
+        assert torch.equal(batch_a.prompt_ids, batch_b.prompt_ids)
+        assert torch.equal(batch_a.rewards, batch_b.rewards) and torch.equal(batch_a.episode_ids, batch_b.episode_ids)
+        assert torch.equal(batch_a.truncated, batch_b.truncated) and stats_a.episodes == stats_b.episodes
+        assert a.state_dict() == b.state_dict()
+        state["observations"][1] = "count 99"  # a replay that does not reproduce the saved observation
+        with pytest.raises(ValueError, match="not deterministic"):
+            b.load_state_dict(state)
+    finally:
+        venv_a.close()
+        venv_b.close()

@@ -56,13 +56,20 @@ def train_main(argv: list[str] | None = None) -> None:
         _fail(str(err))
     _quiet_libraries()
     from verlog.models import ModelLoadError
-    from verlog.trainer import Trainer
+    from verlog.trainer import NumericalFault, Trainer
 
     try:
         trainer = Trainer(cfg)
     except (ModelLoadError, FileNotFoundError) as err:
         _fail(str(err).splitlines()[0])
-    result = trainer.train()
+    try:
+        result = trainer.train()
+    except NumericalFault as err:
+        print(f"error: {err}", file=sys.stderr)
+        print(f"resume with: {trainer.resume_command()}", file=sys.stderr)
+        raise SystemExit(1) from None
+    if result.get("stopped"):
+        return  # SIGINT/SIGTERM: the trainer wrote a checkpoint and printed the resume command
     if result:
         from verlog.plots import plot_run
 

@@ -143,6 +143,9 @@ class PPOConfig:
     kl_in_reward: bool = _f(False, "apply the KL as a per-token reward penalty instead of a loss term")
     max_grad_norm: float = _f(1.0, "gradient clipping (global norm)")
     target_kl: Optional[float] = _f(None, "stop the update's remaining minibatches when approx-KL exceeds this")
+    max_skipped_steps: int = _f(10, "stop the run, after writing a checkpoint, when more than this many optimizer "
+                                "steps in a row of one engine (actor or critic) were skipped for a non-finite "
+                                "loss or gradient norm; every skip is counted in update/skipped_steps")
     critic_warmup_iterations: int = _f(0, "value-only iterations on rollouts of the untrained policy before the first policy update")
 
 
@@ -227,7 +230,7 @@ _POSITIVE = (
     "model.tiny.corpus_episodes", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_tensor_parallel_size",
 )
 _NON_NEGATIVE = (
-    "memory.history_turns", "ppo.critic_warmup_iterations", "format_warmup.steps", "checkpoint_every",
+    "memory.history_turns", "ppo.critic_warmup_iterations", "ppo.max_skipped_steps", "format_warmup.steps", "checkpoint_every",
     "eval.every", "ppo.entropy_coef", "ppo.kl_coef", "ppo.clip_low", "ppo.clip_high", "rollout.temperature",
     "ppo.weight_decay", "ppo.value_coef", "seed", "eval.seed", "model.tiny.seed", "format_warmup.episodes",
     "rollout.vllm_cpu_kv_cache_gb", "model.value_head_init_std",

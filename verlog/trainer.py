@@ -38,12 +38,17 @@ from verlog.envs.vector import make_vector_env
 from verlog.builders import decoder, evaluate_config, memory_factory, sampling_params
 from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
+from verlog.resume import StopSignals, load_rng_states, save_rng_states, truncate_metrics
 from verlog.models import build_tiny_model, load_actor, load_critic, load_tokenizer
 from verlog.rollout.collector import CollectStats, FixedTurnCollector
 from verlog.scoring import Rows, batched, critic_outputs, pack_prompts, pack_rows, policy_outputs
 from verlog.warmup import collect_prompts, env_corpus, format_warmup
 
 CHECKPOINT_MARKER = "COMPLETE"
+
+
+class NumericalFault(RuntimeError):
+    """Too many optimizer steps in a row were skipped for non-finite values (a checkpoint was written)."""
 
 
 def seed_everything(seed: int) -> None:
@@ -56,7 +61,8 @@ def seed_everything(seed: int) -> None:
 def newest_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete checkpoint directory of a run (a half-written one has no marker)."""
     ckpts = sorted((run_dir / "checkpoints").glob("iter_*"))
-    complete = [c for c in ckpts if (c / CHECKPOINT_MARKER).is_file()]
+    # iter_<k>.tmp is a checkpoint being written (a kill may even leave one with its marker).
+    complete = [c for c in ckpts if (c / CHECKPOINT_MARKER).is_file() and not c.name.endswith(".tmp")]
     return complete[-1] if complete else None
 
 
@@ -125,9 +131,8 @@ class Trainer:
 
         self.engine = self._make_rollout_engine(actor_path)
         self.sampling = sampling_params(cfg.rollout)
-        # A resumed run starts its environments from fresh seeds (the in-flight episodes of the
-        # interrupted run are not restored), so it does not replay the first run's episodes.
-        env_seed = cfg.seed * 100_003 + self.rank * 1009 + self.start_iteration * 7919
+        # A resumed run re-creates the interrupted run's in-flight episodes (load_resume_state).
+        env_seed = cfg.seed * 100_003 + self.rank * 1009
         self.venv = make_vector_env(cfg.env.task, cfg.env.num_envs, seed=env_seed, mode=cfg.env.vector_mode,
                                     env_kwargs=self.env_kwargs, step_timeout_s=cfg.env.step_timeout_s,
                                     restart_attempts=cfg.env.restart_attempts)
@@ -136,7 +141,39 @@ class Trainer:
             self.sampling, cfg.rollout.turns_per_env, self.pad_id, seed=env_seed)
         self._recent_success: deque[float] = deque(maxlen=100)
         self._turns_done = self.start_iteration * self.turns_per_batch * self.world
-        self._update_rng = torch.Generator().manual_seed(cfg.seed + 7 * self.rank + self.start_iteration)
+        self._update_rng = torch.Generator().manual_seed(cfg.seed + 7 * self.rank)
+        # optimizer steps skipped for non-finite values: in total, and in a row per engine
+        self.skipped_steps = {"total": 0, "actor": 0, "critic": 0}
+        self.stop_signals = StopSignals()  # SIGINT/SIGTERM during train(): stop after the iteration
+        if resume_from is not None:
+            self._load_resume_state(resume_from)
+
+    # ------------------------------------------------------------------ exact resume
+    def _rank_state(self) -> dict[str, Any]:
+        return {"collector": self.collector.state_dict(), "recent_success": list(self._recent_success),
+                "turns_done": self._turns_done, "skipped_steps": dict(self.skipped_steps)}
+
+    def _generators(self) -> dict[str, torch.Generator]:
+        return {"update": self._update_rng, "rollout": self.engine.generator}
+
+    def _load_resume_state(self, ckpt: Path) -> None:
+        """Restore this rank's collector (replaying in-flight episodes), counters and RNG states.
+
+        Raises:
+            FileNotFoundError: the checkpoint holds no state for this rank.
+        """
+        path = ckpt / f"state_rank{self.rank}.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"resume: {path} is missing (a checkpoint of another world size "
+                                    "or of a Verlog without exact resume)")
+        state = json.loads(path.read_text())
+        self.collector.load_state_dict(state["collector"])
+        self._recent_success.extend(float(x) for x in state["recent_success"])
+        self._turns_done = int(state["turns_done"])
+        self.skipped_steps = {k: int(v) for k, v in state["skipped_steps"].items()}
+        if D.is_main():
+            truncate_metrics(self.run_dir / "metrics.jsonl", self.start_iteration)
+        load_rng_states(ckpt, self.rank, self._generators())  # last: nothing may draw after this
 
     # ------------------------------------------------------------------ set-up helpers
     @property
@@ -262,6 +299,7 @@ class Trainer:
         self.critic.train()
         actor_stopped = not train_actor
         mb_rows = M // cfg.minibatches
+        skipped_here = 0
         for _epoch in range(cfg.epochs):
             perm = torch.randperm(M, generator=self._update_rng)
             for start in range(0, M, mb_rows):
@@ -270,6 +308,7 @@ class Trainer:
                 micro = idx.split(cfg.micro_batch_size)
                 if not actor_stopped:
                     kl_sum = 0.0
+                    finite = True
                     for mi in micro:
                         r = rows.select(mi)
                         m = mask[mi]
@@ -284,35 +323,82 @@ class Trainer:
                             kl_sum = (kl_penalty(logp, ref_lp[mi], cfg.kl_kind) * m).sum()
                             loss = loss + cfg.kl_coef * kl_sum / n_tok
                             add("actor/kl_ref", kl_sum.item() / max(w, 1.0), w)
+                        # A non-finite loss is still back-propagated: its non-finite gradients make
+                        # DeepSpeed skip the whole minibatch's optimizer step (see _after_step).
+                        finite = finite and bool(torch.isfinite(loss))
                         self.actor.backward(loss, scale_wrt_gas=False)
                         self.actor.step()
+                        if not bool(torch.isfinite(loss)):
+                            continue  # counted in update/skipped_steps, not averaged into the losses
                         add("actor/pg_loss", pg.item() * n_tok / max(w, 1.0), w)
                         add("actor/entropy", ent_sum.item() / max(w, 1.0), w)
                         for key in ("clip_fraction", "approx_kl", "ratio_mean"):
                             if key in stats:
                                 add(f"actor/{key}", float(stats[key]), w)
                         kl_sum += float(stats.get("approx_kl", 0.0)) * w
-                    add("actor/grad_norm", _grad_norm(self.actor), 1.0)
+                    if self._after_step(self.actor, "actor", finite):
+                        add("actor/grad_norm", _grad_norm(self.actor), 1.0)
+                    else:
+                        skipped_here += 1
                     if cfg.target_kl is not None and kl_sum / max(n_tok, 1.0) > cfg.target_kl:
                         actor_stopped = True
                         sums["actor/early_stopped"], weights["actor/early_stopped"] = 1.0, 1.0
+                finite = True
                 for mi in micro:
                     r = rows.select(mi)
                     m = mask[mi]
                     values = critic_outputs(self.critic, r)
                     vl, vstats = value_loss(values, old_v[mi], ret[mi], m, clip_range=cfg.value_clip,
                                             loss_normalizer=n_tok)
+                    finite = finite and bool(torch.isfinite(vl))
                     self.critic.backward(cfg.value_coef * vl, scale_wrt_gas=False)
                     self.critic.step()
+                    if not bool(torch.isfinite(vl)):
+                        continue
                     w = float(m.sum())
                     add("critic/value_loss", vl.item() * n_tok / max(w, 1.0), w)
                     add("critic/value_clip_fraction", float(vstats["value_clip_fraction"]), w)
-                add("critic/grad_norm", _grad_norm(self.critic), 1.0)
+                if self._after_step(self.critic, "critic", finite):
+                    add("critic/grad_norm", _grad_norm(self.critic), 1.0)
+                else:
+                    skipped_here += 1
         self.actor.eval()
         self.critic.eval()
         out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
         out.setdefault("actor/early_stopped", 0.0)
+        out["update/skipped_steps"] = float(skipped_here)
+        out["update/skipped_steps_total"] = float(self.skipped_steps["total"])
+        out["update/skipped_steps_consecutive"] = float(self._consecutive_skips())
         return out
+
+    def _after_step(self, engine: Any, name: str, losses_finite: bool) -> bool:
+        """Account for one optimizer step (a minibatch boundary); True when it was applied.
+
+        DeepSpeed's ZeRO optimizer skips a step whose gradient norm is not finite (and zeroes the
+        gradients), so a non-finite loss or gradient norm leaves the weights and optimizer state
+        untouched; such a step is counted in ``self.skipped_steps``.
+
+        Raises:
+            RuntimeError: the engine applied a step despite a non-finite loss or gradient norm
+                (an optimizer without DeepSpeed's overflow check, e.g. ``deepspeed.zero_stage=0``).
+        """
+        applied = bool(engine.was_step_applied())
+        if applied and not (losses_finite and math.isfinite(_grad_norm(engine))):
+            raise RuntimeError(f"{name}: DeepSpeed applied an optimizer step with a non-finite loss or gradient "
+                               f"norm (zero_stage={self.cfg.deepspeed.zero_stage} does not skip it); use "
+                               "deepspeed.zero_stage 1-3")
+        if applied:
+            self.skipped_steps[name] = 0
+        else:
+            self.skipped_steps["total"] += 1
+            self.skipped_steps[name] += 1
+            print(f"{name}: optimizer step skipped (non-finite loss or gradient norm); "
+                  f"{self.skipped_steps[name]} in a row, {self.skipped_steps['total']} in total", flush=True)
+        return applied
+
+    def _consecutive_skips(self) -> int:
+        """The longest current run of skipped steps of one engine (actor or critic)."""
+        return max(self.skipped_steps["actor"], self.skipped_steps["critic"])
 
     def sync_weights(self) -> None:
         """Load the actor's current weights into the rollout engine."""
@@ -374,14 +460,19 @@ class Trainer:
         payload.update(self.eval_results)
         (self.run_dir / "eval.json").write_text(json.dumps(payload, indent=2))
 
+    def _checkpoint_dir(self, iteration: int) -> Path:
+        return self.run_dir / "checkpoints" / f"iter_{iteration:06d}"
+
     def save_checkpoint(self, iteration: int) -> Path:
         """Write ``checkpoints/iter_<k>/`` atomically (aside, then rename; marker written last)."""
-        final = self.run_dir / "checkpoints" / f"iter_{iteration:06d}"
+        final = self._checkpoint_dir(iteration)
         tmp = final.with_name(final.name + ".tmp")
         if D.is_main():
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         self._barrier()
+        (tmp / f"state_rank{self.rank}.json").write_text(json.dumps(self._rank_state()))
+        save_rng_states(tmp, self.rank, self._generators())
         self.actor.save_checkpoint(str(tmp / "ds"), tag="actor")
         self.critic.save_checkpoint(str(tmp / "ds"), tag="critic")
         actor_state = dict(D.gathered_named_parameters(self.actor.module))
@@ -391,9 +482,11 @@ class Trainer:
             self.tokenizer.save_pretrained(tmp / "actor")
             self.critic.module.save_pretrained(tmp / "critic", state_dict=critic_state)
             self.tokenizer.save_pretrained(tmp / "critic")
-            state = {"iteration": iteration, "collector": self.collector.state_dict(),
+            state = {"iteration": iteration, "world_size": self.world,
                      "eval_results": self.eval_results, "config": to_dict(self.cfg)}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
+        self._barrier()  # every rank's own state files are written
+        if D.is_main():
             (tmp / CHECKPOINT_MARKER).write_text("ok\n")
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
@@ -402,7 +495,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ main loop
     def train(self) -> dict[str, Any]:
-        """Run (or continue) the configured iterations, then evaluate; returns ``eval.json``'s content."""
+        """Run (or continue) the configured iterations, then evaluate; returns ``eval.json``'s content.
+
+        SIGINT/SIGTERM end the run after the current iteration with a checkpoint and return
+        ``{"stopped": True, "iteration": k}`` (no evaluation); a second signal aborts at once.
+
+        Raises:
+            NumericalFault: more than ``ppo.max_skipped_steps`` optimizer steps in a row were
+                skipped (a checkpoint of the iteration is written first).
+        """
         cfg = self.cfg
         logger = None
         if D.is_main():
@@ -412,6 +513,7 @@ class Trainer:
                              "name": cfg.name, "config": to_dict(cfg)}
             logger = MetricLogger(self.run_dir, total_iterations=cfg.iterations, start_iteration=self.start_iteration,
                                   wandb_config=wandb_cfg, progress=cfg.logging.progress)
+        self.stop_signals.install()
         try:
             if self.start_iteration == 0 and cfg.eval.baseline and D.is_main():
                 for greedy in (True, False):
@@ -447,8 +549,21 @@ class Trainer:
                     metrics["eval/success"] = r.success_mean
                 if logger is not None:
                     logger.log(metrics)
-                if cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0 and it + 1 < cfg.iterations:
+                saved = bool(cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0 and it + 1 < cfg.iterations)
+                if saved:
                     self.save_checkpoint(it + 1)
+                if self._consecutive_skips() > cfg.ppo.max_skipped_steps:
+                    ckpt = self.save_checkpoint(it + 1) if not saved else self._checkpoint_dir(it + 1)
+                    raise NumericalFault(
+                        f"{self._consecutive_skips()} optimizer steps in a row were skipped for a non-finite "
+                        f"loss or gradient norm (ppo.max_skipped_steps={cfg.ppo.max_skipped_steps}); stopped after "
+                        f"iteration {it + 1} with a checkpoint in {ckpt}")
+                if self._stop_agreed():
+                    if not saved:
+                        self.save_checkpoint(it + 1)
+                    self._say(logger, f"stopped by {self.stop_signals.requested or 'a signal on another rank'} after "
+                                      f"iteration {it + 1}; resume with: {self.resume_command()}")
+                    return {"stopped": True, "iteration": it + 1}
             self.save_checkpoint(cfg.iterations)
             if D.is_main():
                 for greedy in (True, False):
@@ -457,10 +572,20 @@ class Trainer:
                                       f"{r.success_mean:.3f} ± {r.success_se:.3f} over {r.episodes} episodes")
                 self._write_eval_json()
         finally:
+            self.stop_signals.restore()
             if logger is not None:
                 logger.close()
             self.venv.close()
         return json.loads((self.run_dir / "eval.json").read_text()) if D.is_main() else {}
+
+    def resume_command(self) -> str:
+        """The command line that continues this run from its newest checkpoint."""
+        return f"verlog-train {self.run_dir / 'config.yaml'} resume={self.run_dir}"
+
+    def _stop_agreed(self) -> bool:
+        """Whether any rank caught a stop signal (all ranks stop after the same iteration)."""
+        flag = torch.tensor([1.0 if self.stop_signals.requested is not None else 0.0], device=D.device())
+        return bool(D.all_reduce_sum(flag).item() > 0)
 
     @staticmethod
     def _say(logger: MetricLogger | None, message: str) -> None:

@@ -8,8 +8,10 @@ are kept in the infos. ``terminated``/``truncated``/``reward`` are those of the 
 internal key names (``final_obs``, ``final_info``, ``_<key>`` masks).
 
 Seeding: ``reset(seed=s)`` seeds env ``i`` with ``s + i`` (gymnasium's rule); the vector env returned
-by :func:`make_vector_env` uses its ``seed`` argument for the first reset if none is given, and later
-episodes continue each env's own RNG, so a run is reproducible from ``seed`` alone.
+by :func:`make_vector_env` uses its ``seed`` argument for the first reset if none is given, and each
+later episode of env ``i`` is seeded with :func:`~verlog.envs.replay.episode_seed` of its first seed and
+its episode count, so a run is reproducible from ``seed`` alone and any in-flight episode can be
+re-created from its seed and replies (:func:`~verlog.envs.replay.restore_env_states`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrap
 
 from verlog.envs.faults import SupervisedAsyncVectorEnv, make_guarded_env
 from verlog.envs.registry import is_registered, make_env
+from verlog.envs.replay import ReplayableEpisodes
 
 __all__ = ["TextVectorEnv", "make_vector_env", "split_infos", "final_observations", "final_infos"]
 
@@ -136,7 +139,7 @@ def make_vector_env(
         raise ValueError(f"restart_attempts must be an int >= 1, got {restart_attempts!r}")
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
-    env_fns = [functools.partial(make_guarded_env, name, dict(env_kwargs or {}), step_timeout_s, restart_attempts)
+    env_fns = [functools.partial(_replayable, name, dict(env_kwargs or {}), step_timeout_s, restart_attempts)
                for _ in range(num_envs)]
     if mode == "sync":
         vec: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -147,6 +150,13 @@ def make_vector_env(
     else:
         raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
     return TextVectorEnv(vec, int(seed))
+
+
+def _replayable(name: str, env_kwargs: dict[str, Any], step_timeout_s: float | None,
+                restart_attempts: int) -> ReplayableEpisodes:
+    """One sub-env: fault-guarded (:mod:`verlog.envs.faults`) inside known episode seeds and a reply
+    log (:mod:`verlog.envs.replay`), so a restarted env still resets with its episode's seed."""
+    return ReplayableEpisodes(make_guarded_env(name, env_kwargs, step_timeout_s, restart_attempts))
 
 
 def _num_envs(infos: dict[str, Any], num_envs: int | None) -> int:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Protocol
 
 from verlog.batch import TurnBatch
 from verlog.envs.faults import count_faults
+from verlog.envs.replay import env_states, restore_env_states
 from verlog.envs.vector import final_infos, final_observations, split_infos
 from verlog.rollout.engine import RolloutEngine, SamplingParams
 
@@ -105,6 +106,7 @@ class FixedTurnCollector:
         self._lengths = [0] * self.num_envs
         self._invalid = [0] * self.num_envs
         self._start_faults = None  # fault counts of the first reset, added to the first batch's stats
+        self._obs: list[str] = [""] * self.num_envs
 
     def _new_episode(self, n: int) -> None:
         self._episode_ids[n] = self._next_episode_id
@@ -116,6 +118,7 @@ class FixedTurnCollector:
         self._start_faults = count_faults(infos)
         for n, info in enumerate(split_infos(infos, self.num_envs)):
             self.memories[n].start_episode(info["instruction"], obs[n], info["context"])
+            self._obs[n] = obs[n]
             self._new_episode(n)
         self._started = True
 
@@ -164,6 +167,7 @@ class FixedTurnCollector:
             finals_info = final_infos(infos, N)
             row_ep, row_valid = [], []
             for n in range(N):
+                self._obs[n] = obs[n]
                 done = bool(terminated[n]) or bool(truncated[n])
                 # The step's info describes the step for a continuing episode; for an episode that
                 # ended here it is the new episode's reset info and the step's own is the final info.
@@ -221,8 +225,48 @@ class FixedTurnCollector:
         stats.env_fault_messages.extend(counts.messages)
 
     def state_dict(self) -> dict:
-        """Counters and memories (the environments' own state is not included)."""
+        """Everything needed to continue collecting exactly (plain JSON types).
+
+        Keys: ``started``; ``next_episode_id``; per env (lists of N): ``episode_ids``, ``returns``
+        (float, reward so far), ``lengths`` (turns so far), ``invalid`` (invalid replies so far),
+        ``observations`` (current observation), ``memories`` (memory states) and ``envs`` (episode
+        seed and replies since its reset, see :func:`verlog.envs.replay.env_states`; ``None``
+        before the first collection).
+        """
         return {
+            "started": self._started,
             "next_episode_id": self._next_episode_id,
+            "episode_ids": list(self._episode_ids),
+            "returns": list(self._returns),
+            "lengths": list(self._lengths),
+            "invalid": list(self._invalid),
+            "observations": list(self._obs),
             "memories": [m.state_dict() for m in self.memories],
+            "envs": env_states(self.venv) if self._started else None,
         }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`: counters, memories, and each env's in-flight episode (replayed).
+
+        Raises:
+            ValueError: a state for another number of envs, or a replayed env whose observation
+                differs from the saved one (the env is not deterministic given seed and replies).
+        """
+        if len(state["memories"]) != self.num_envs:
+            raise ValueError(f"collector state has {len(state['memories'])} envs, this collector {self.num_envs}")
+        for memory, mstate in zip(self.memories, state["memories"]):
+            memory.load_state_dict(mstate)
+        self._next_episode_id = int(state["next_episode_id"])
+        self._episode_ids = [int(x) for x in state["episode_ids"]]
+        self._returns = [float(x) for x in state["returns"]]
+        self._lengths = [int(x) for x in state["lengths"]]
+        self._invalid = [int(x) for x in state["invalid"]]
+        self._obs = [str(x) for x in state["observations"]]
+        self._started = bool(state["started"])
+        if self._started:
+            self.venv.reset(seed=self.seed)
+            replayed = restore_env_states(self.venv, state["envs"])
+            bad = [n for n in range(self.num_envs) if replayed[n] != self._obs[n]]
+            if bad:
+                raise ValueError(f"resume: replaying envs {bad} did not reproduce their saved observation "
+                                 "(the environment is not deterministic given its seed and replies)")

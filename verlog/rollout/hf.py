@@ -146,6 +146,11 @@ class HFEngine:
         self._generator = torch.Generator().manual_seed(int(seed))
 
     @property
+    def generator(self) -> torch.Generator:
+        """The engine's sampling stream (call seeds are drawn from it); checkpoints save its state."""
+        return self._generator
+
+    @property
     def model(self) -> PreTrainedModel:
         """The engine's causal LM."""
         return self._model

@@ -182,6 +182,11 @@ class VLLMEngine:
             np.random.set_state(np_state)
         self._generator = torch.Generator().manual_seed(int(seed))
 
+    @property
+    def generator(self) -> torch.Generator:
+        """The engine's sampling stream (call seeds are drawn from it); checkpoints save its state."""
+        return self._generator
+
     def _sampling_params(self, params: SamplingParams, seed: int):
         greedy = params.is_greedy
         return self._vllm.SamplingParams(
