@@ -233,7 +233,7 @@ def _discounted(r64: Tensor, inverse: Tensor, gamma: float) -> Tensor:
     e = inverse[order]
     x = r64[order].clone()
     m = torch.zeros_like(x)
-    m[:-1] = torch.where(e[1:] == e[:-1], gamma, 0.0)
+    m[:-1] = (e[1:] == e[:-1]).to(x.dtype) * gamma  # (a where() of Python scalars would be float32)
     y = _reverse_linear_scan(x, m)
     out = torch.empty_like(y)
     out[order] = y
