@@ -473,10 +473,11 @@ def gspo_policy_loss(
         :func:`ppo_policy_loss` (aggregation default seq-mean-token-mean).
 
     Returns:
-        (loss, metrics): 0-dim loss; metrics over sequences with a valid token:
-        ``clip_fraction`` (share of sequences whose clipped term is active on their
-        tokens, by token), ``seq_ratio_mean``, ``seq_ratio_min``, ``seq_ratio_max``,
-        ``approx_kl`` (token k3 of the per-token ratios, as in :func:`ppo_policy_loss`).
+        (loss, metrics): 0-dim loss; metrics ``clip_fraction`` (share of valid tokens whose
+        clipped term is active; with one advantage sign per sequence, all or none of a
+        sequence's tokens), ``seq_ratio_mean``, ``seq_ratio_min``, ``seq_ratio_max`` (s_i
+        over sequences with a valid token), ``approx_kl`` (k3 of the per-token ratios, as
+        in :func:`ppo_policy_loss`).
 
     Raises:
         TypeError/ValueError: as :func:`ppo_policy_loss`.
