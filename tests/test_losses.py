@@ -6,6 +6,10 @@ import pytest
 import torch
 
 from verlog.algos.losses import (
+    AGGREGATIONS,
+    aggregate_loss,
+    gspo_policy_loss,
+    overlong_penalty,
     entropy_bonus,
     entropy_from_logits,
     kl_penalty,
@@ -284,3 +288,172 @@ def test_kl_estimators_are_unbiased_for_kl_pi_ref():
 def test_kl_bad_kind_raises():
     with pytest.raises(ValueError, match="kind must be one of"):
         kl_penalty(torch.zeros(2), torch.zeros(2), "k4")
+
+
+# --------------------------------------------------------------------------------------
+# Loss aggregation modes
+#   rows: [1, 2, 3] (3 tokens), [4, pad, pad] (1 token), [pad, pad, pad] (no sequence)
+#   token-mean = 10 / 4 = 2.5;  seq-mean-token-mean = (2 + 4) / 2 = 3;
+#   seq-mean-token-sum = (6 + 4) / 2 = 5
+# --------------------------------------------------------------------------------------
+AGG_X = torch.tensor([[1.0, 2.0, 3.0], [4.0, math.nan, 9.0], [math.inf, 7.0, 7.0]], dtype=F64)
+AGG_MASK = torch.tensor([[True, True, True], [True, False, False], [False, False, False]])
+
+
+def test_aggregate_loss_hand_worked():
+    assert aggregate_loss(AGG_X, AGG_MASK, "token-mean").item() == pytest.approx(2.5)
+    assert aggregate_loss(AGG_X, AGG_MASK, "seq-mean-token-mean").item() == pytest.approx(3.0)
+    assert aggregate_loss(AGG_X, AGG_MASK, "seq-mean-token-sum").item() == pytest.approx(5.0)
+    assert aggregate_loss(AGG_X, AGG_MASK, "seq-mean-token-sum", loss_normalizer=4.0).item() == pytest.approx(2.5)
+    assert set(AGGREGATIONS) == {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum"}
+
+
+def _ref_aggregate(x, mask, mode):
+    rows = [[v for v, m in zip(xr, mr) if m] for xr, mr in zip(x.tolist(), mask.tolist())]
+    rows = [r for r in rows if r]
+    if mode == "token-mean":
+        return sum(sum(r) for r in rows) / sum(len(r) for r in rows)
+    per_seq = [sum(r) / len(r) if mode == "seq-mean-token-mean" else sum(r) for r in rows]
+    return sum(per_seq) / len(per_seq)
+
+
+def test_aggregate_loss_matches_reference_on_600_random_cases():
+    gen = torch.Generator().manual_seed(21)
+    for case in range(600):
+        B, S = (int(v) for v in torch.randint(1, 6, (2,), generator=gen))
+        x = torch.randn(B, S, generator=gen, dtype=F64)
+        mask = torch.rand(B, S, generator=gen) < 0.6
+        mask[int(torch.randint(0, B, (1,), generator=gen)), 0] = True
+        mode = AGGREGATIONS[case % 3]
+        assert aggregate_loss(x, mask, mode).item() == pytest.approx(_ref_aggregate(x, mask, mode), abs=1e-12)
+
+
+def test_seq_mean_micro_batches_add_up_with_sequence_normalizer():
+    gen = torch.Generator().manual_seed(22)
+    old = torch.randn(6, 5, generator=gen, dtype=F64)
+    new = (old + 0.3 * torch.randn(6, 5, generator=gen, dtype=F64)).requires_grad_(True)
+    adv = torch.randn(6, 5, generator=gen, dtype=F64)
+    mask = torch.arange(5) < torch.tensor([1, 5, 2, 4, 3, 5]).unsqueeze(-1)
+    for fn in (ppo_policy_loss, gspo_policy_loss):
+        full, _ = fn(new, old, adv, mask, aggregation="seq-mean-token-mean")
+        parts = sum(fn(new[r], old[r], adv[r], mask[r], aggregation="seq-mean-token-mean", loss_normalizer=6.0)[0]
+                    for r in (slice(0, 1), slice(1, 4), slice(4, 6)))
+        assert parts.item() == pytest.approx(full.item(), abs=1e-12)
+
+
+def test_ppo_policy_loss_seq_mean_on_policy_is_minus_mean_of_row_means():
+    # on-policy: loss per token = -A; seq-mean-token-mean = -mean_i(mean_t A_it)
+    adv = torch.tensor([[1.0, 3.0, 5.0], [-2.0, 0.0, 0.0]], dtype=F64)
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    old = torch.zeros(2, 3, dtype=F64)
+    loss, _ = ppo_policy_loss(old.clone(), old, adv, mask, aggregation="seq-mean-token-mean")
+    assert loss.item() == pytest.approx(-(2.0 + -2.0) / 2)
+    loss, _ = value_loss(old, old, adv, mask, aggregation="seq-mean-token-sum")
+    assert loss.item() == pytest.approx(0.5 * ((1 + 9) + 4) / 2)
+    with pytest.raises(ValueError, match="aggregation must be one of"):
+        ppo_policy_loss(old, old, adv, mask, aggregation="seq-sum")
+
+
+# --------------------------------------------------------------------------------------
+# GSPO, hand-worked (clip 0.1 / 0.1)
+#   seq 0: log-ratios 0.1, 0.3 -> mean 0.2, s = e^0.2 = 1.2214 > 1.1, A = +1 -> clipped:
+#          per-token loss max(-1.2214, -1.1) = -1.1, no gradient
+#   seq 1: log-ratio -0.05 -> s = e^-0.05 = 0.9512 inside [0.9, 1.1], A = +2 -> -1.9025
+#   seq-mean-token-mean: (-1.1 + -2 e^-0.05) / 2; d loss / d logprob(seq 1) = -2 e^-0.05 / 2
+# --------------------------------------------------------------------------------------
+def test_gspo_hand_worked():
+    old = torch.tensor([[-1.0, -2.0], [-0.5, -7.0]], dtype=F64)
+    new = (old + torch.tensor([[0.1, 0.3], [-0.05, 0.0]], dtype=F64)).requires_grad_(True)
+    adv = torch.tensor([[1.0, 1.0], [2.0, 99.0]], dtype=F64)
+    mask = torch.tensor([[True, True], [True, False]])
+    loss, m = gspo_policy_loss(new, old, adv, mask, clip_low=0.1, clip_high=0.1)
+    s1 = math.exp(-0.05)
+    assert loss.item() == pytest.approx((-1.1 - 2 * s1) / 2)
+    assert m["seq_ratio_max"] == pytest.approx(math.exp(0.2)) and m["seq_ratio_min"] == pytest.approx(s1)
+    assert m["clip_fraction"] == pytest.approx(2 / 3)  # both tokens of seq 0
+    (grad,) = torch.autograd.grad(loss, new)
+    torch.testing.assert_close(grad, torch.tensor([[0.0, 0.0], [-s1, 0.0]], dtype=F64), atol=1e-12, rtol=0)
+
+
+def _ref_gspo(new, old, adv, mask, lo, hi):
+    """Sequence-level GSPO objective written per row (scalar autograd ops), A constant per row."""
+    terms = []
+    for i in range(new.shape[0]):
+        idx = [k for k in range(new.shape[1]) if mask[i, k]]
+        if not idx:
+            continue
+        s = torch.exp(sum(new[i, k] - old[i, k] for k in idx) / len(idx))
+        a = adv[i, idx[0]]
+        terms.append(torch.maximum(-a * s, -a * s.clamp(1 - lo, 1 + hi)))
+    return sum(terms) / len(terms)
+
+
+def test_gspo_matches_sequence_level_reference_in_value_and_gradient_on_500_cases():
+    gen = torch.Generator().manual_seed(23)
+    for _ in range(500):
+        B, S = (int(v) for v in torch.randint(1, 5, (2,), generator=gen))
+        old = torch.randn(B, S, generator=gen, dtype=F64)
+        new = (old + 0.2 * torch.randn(B, S, generator=gen, dtype=F64)).requires_grad_(True)
+        adv = torch.randn(B, 1, generator=gen, dtype=F64).expand(B, S)  # per-sequence advantage
+        mask = torch.arange(S) < torch.randint(0, S + 1, (B, 1), generator=gen)
+        mask[0, 0] = True
+        lo, hi = (float(v) for v in 0.2 * torch.rand(2, generator=gen, dtype=F64))
+        loss, _ = gspo_policy_loss(new, old, adv, mask, clip_low=lo, clip_high=hi)
+        ref = _ref_gspo(new, old, adv, mask, lo, hi)
+        (g,) = torch.autograd.grad(loss, new)
+        (g_ref,) = torch.autograd.grad(ref, new)
+        assert loss.item() == pytest.approx(ref.item(), abs=1e-12)
+        torch.testing.assert_close(g, g_ref, atol=1e-12, rtol=0)
+
+
+def test_gspo_garbage_outside_mask_and_bad_input():
+    mask = torch.tensor([[True, False]])
+    new = torch.tensor([[-1.0, math.nan]], dtype=F64, requires_grad=True)
+    loss, _ = gspo_policy_loss(new, torch.tensor([[-1.0, math.inf]], dtype=F64),
+                               torch.tensor([[1.0, math.nan]], dtype=F64), mask)
+    (g,) = torch.autograd.grad(loss, new)
+    assert math.isfinite(loss.item()) and torch.isfinite(g).all()
+    with pytest.raises(ValueError, match="no valid token"):
+        gspo_policy_loss(new, new, new, torch.zeros_like(mask))
+    with pytest.raises(ValueError, match="clip_low must be in"):
+        gspo_policy_loss(new, new, new, mask, clip_low=1.0)
+
+
+# --------------------------------------------------------------------------------------
+# DAPO overlong penalty: L_max = 10, L_cache = 4 -> ramp from length 6 (0) to 10 (-1)
+# --------------------------------------------------------------------------------------
+def test_overlong_penalty_hand_worked():
+    lengths = torch.tensor([0, 6, 7, 8, 10, 11])
+    torch.testing.assert_close(overlong_penalty(lengths, 10, 4), torch.tensor([0, 0, -0.25, -0.5, -1.0, -1.0]))
+    torch.testing.assert_close(overlong_penalty(lengths, 10, 4, penalty_factor=0.5),
+                               torch.tensor([0, 0, -0.125, -0.25, -0.5, -0.5]))
+    assert overlong_penalty(lengths, 10, 4).dtype == torch.float32
+
+
+def test_overlong_penalty_matches_reference_on_600_random_cases():
+    gen = torch.Generator().manual_seed(24)
+    for _ in range(600):
+        L = int(torch.randint(1, 40, (1,), generator=gen))
+        C = int(torch.randint(1, L + 1, (1,), generator=gen))
+        f = float(torch.rand(1, generator=gen)) * 2
+        lengths = torch.randint(0, L + 5, (7,), generator=gen)
+        expected = []
+        for y in lengths.tolist():
+            if y <= L - C:
+                expected.append(0.0)
+            elif y <= L:
+                expected.append(f * ((L - C) - y) / C)
+            else:
+                expected.append(-f)
+        torch.testing.assert_close(overlong_penalty(lengths, L, C, f), torch.tensor(expected), atol=1e-6, rtol=0)
+
+
+def test_overlong_penalty_bad_input_raises():
+    with pytest.raises(ValueError, match="cache_length must be"):
+        overlong_penalty(torch.tensor([1]), 10, 11)
+    with pytest.raises(ValueError, match="cache_length must be"):
+        overlong_penalty(torch.tensor([1]), 10, 0)
+    with pytest.raises(ValueError, match="lengths must be >= 0"):
+        overlong_penalty(torch.tensor([-1]), 10, 4)
+    with pytest.raises(TypeError, match="integer tensor"):
+        overlong_penalty(torch.tensor([1.0]), 10, 4)

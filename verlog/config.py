@@ -122,6 +122,36 @@ class GAEConfig:
     whiten_advantages: bool = _f(True, "whiten advantages over the valid tokens of the batch")
 
 
+ALGORITHMS = ("ppo", "grpo", "gigpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "dapo", "gspo")
+# algorithms whose advantage compares the episodes of a group (verlog.algos.estimators)
+GROUP_ALGORITHMS = ("grpo", "gigpo", "rloo", "reinforce_pp_baseline", "dapo", "gspo")
+
+
+@dataclass
+class AlgoConfig:
+    """Which advantage estimator and policy-loss variant (verlog/algos/estimators.py, losses.py)."""
+
+    algorithm: str = _f(
+        "ppo",
+        "ppo: critic + dual-discount GAE; grpo, gigpo, rloo, reinforce_pp, reinforce_pp_baseline: critic-free "
+        "estimators; dapo: grpo advantages + dynamic sampling + token-mean (+ overlong penalty if on; clip-higher "
+        "via ppo.clip_high); gspo: grpo advantages + the GSPO sequence-ratio loss (clip range from ppo.clip_low/high)",
+    )
+    group_size: int = _f(1, "episodes per group (same task/seed); group algorithms need >= 2 and divide env.num_envs")
+    norm: str = _f("mean_std", "group normalisation of grpo/gigpo/dapo/gspo: mean_std ((R - mean) / (std + eps)) or mean")
+    std_eps: float = _f(1e-6, "eps added to the group std (norm = mean_std)")
+    gigpo_omega: float = _f(1.0, "GiGPO: weight of the step-level (anchor-state) advantage")
+    gigpo_gamma: float = _f(0.95, "GiGPO: discount of the per-turn step returns")
+    reinforce_pp_gamma: float = _f(1.0, "REINFORCE++: discount of the per-turn returns before batch whitening")
+    loss_aggregation: str = _f(
+        "token-mean", "policy-loss aggregation: token-mean, seq-mean-token-mean or seq-mean-token-sum (gspo: seq-mean-token-mean)"
+    )
+    dynamic_sampling: bool = _f(False, "DAPO: drop groups whose episode returns are all equal (no learning signal)")
+    overlong_penalty: bool = _f(False, "DAPO soft overlong penalty on a turn's reward by its response length")
+    overlong_cache_tokens: int = _f(8, "DAPO L_cache: the penalty ramps from 0 to -factor over the last L_cache of rollout.max_response_tokens")
+    overlong_penalty_factor: float = _f(1.0, "DAPO: size of the overlong penalty at full length")
+
+
 @dataclass
 class PPOConfig:
     """The PPO update."""
@@ -206,6 +236,7 @@ class TrainConfig:
     memory: MemoryConfig = _sub(MemoryConfig, "prompt memory")
     rollout: RolloutConfig = _sub(RolloutConfig, "generation")
     gae: GAEConfig = _sub(GAEConfig, "advantage estimation")
+    algo: AlgoConfig = _sub(AlgoConfig, "advantage estimator and loss variant")
     ppo: PPOConfig = _sub(PPOConfig, "PPO update")
     format_warmup: FormatWarmupConfig = _sub(FormatWarmupConfig, "format warm-up")
     deepspeed: DeepSpeedConfig = _sub(DeepSpeedConfig, "DeepSpeed")
@@ -220,6 +251,9 @@ _CHOICES = {
     "rollout.engine": ("hf", "vllm"),
     "ppo.kl_kind": ("k1", "k2", "k3"),
     "logging.wandb_mode": ("offline", "online", "disabled"),
+    "algo.algorithm": ALGORITHMS,
+    "algo.norm": ("mean_std", "mean"),
+    "algo.loss_aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
 }
 _POSITIVE = (
     "iterations", "threads", "env.num_envs", "rollout.turns_per_env", "rollout.max_response_tokens",
@@ -228,16 +262,18 @@ _POSITIVE = (
     "ppo.actor_lr", "ppo.critic_lr", "ppo.max_grad_norm", "format_warmup.lr", "model.tiny.hidden_size",
     "model.tiny.num_layers", "model.tiny.num_heads", "model.tiny.num_kv_heads", "model.tiny.intermediate_size",
     "model.tiny.corpus_episodes", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_tensor_parallel_size",
+    "algo.group_size", "algo.std_eps", "algo.overlong_cache_tokens",
 )
 _NON_NEGATIVE = (
     "memory.history_turns", "ppo.critic_warmup_iterations", "ppo.max_skipped_steps", "format_warmup.steps", "checkpoint_every",
     "eval.every", "ppo.entropy_coef", "ppo.kl_coef", "ppo.clip_low", "ppo.clip_high", "rollout.temperature",
     "ppo.weight_decay", "ppo.value_coef", "seed", "eval.seed", "model.tiny.seed", "format_warmup.episodes",
-    "rollout.vllm_cpu_kv_cache_gb", "model.value_head_init_std",
+    "rollout.vllm_cpu_kv_cache_gb", "model.value_head_init_std", "algo.gigpo_omega", "algo.overlong_penalty_factor",
 )
 #: Optional keys that must be positive when set.
 _POSITIVE_OR_NONE = ("ppo.target_kl", "ppo.value_clip", "env.step_timeout_s")
-_UNIT_INTERVAL = ("gae.gamma_step", "gae.lam_step", "gae.gamma_token", "gae.lam_token", "rollout.top_p")
+_UNIT_INTERVAL = ("gae.gamma_step", "gae.lam_step", "gae.gamma_token", "gae.lam_token", "rollout.top_p",
+                  "algo.gigpo_gamma", "algo.reinforce_pp_gamma")
 
 
 def _get(cfg: TrainConfig, key: str) -> Any:
@@ -305,7 +341,29 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                           f"got {cfg.env.step_timeout_s}")
     if cfg.env.max_steps is not None and cfg.env.max_steps <= 0:
         raise ConfigError(f"env.max_steps: expected a positive number or null, got {cfg.env.max_steps}")
+    _validate_algo(cfg)
     return cfg
+
+
+def _validate_algo(cfg: TrainConfig) -> None:
+    """Cross-field checks of the ``algo`` section (one-line ConfigError naming the key)."""
+    algo = cfg.algo
+    if algo.algorithm in GROUP_ALGORITHMS:
+        if algo.group_size < 2:
+            raise ConfigError(
+                f"algo.group_size: algorithm {algo.algorithm} compares episodes of a group and needs >= 2, got {algo.group_size}"
+            )
+        if cfg.env.num_envs % algo.group_size:
+            raise ConfigError(
+                f"algo.group_size: env.num_envs={cfg.env.num_envs} is not divisible by group size {algo.group_size}"
+            )
+    elif algo.dynamic_sampling:
+        raise ConfigError(f"algo.dynamic_sampling: needs a group algorithm, not {algo.algorithm}")
+    if algo.overlong_penalty and algo.overlong_cache_tokens > cfg.rollout.max_response_tokens:
+        raise ConfigError(
+            f"algo.overlong_cache_tokens: {algo.overlong_cache_tokens} exceeds rollout.max_response_tokens="
+            f"{cfg.rollout.max_response_tokens}"
+        )
 
 
 def _one_line(err: OmegaConfBaseException) -> str:
@@ -420,9 +478,9 @@ def field_docs(cls: type = TrainConfig, prefix: str = "") -> list[tuple[str, str
 
 _DATACLASSES = {
     c.__name__: c
-    for c in (TinyModelConfig, ModelConfig, EnvConfig, MemoryConfig, RolloutConfig, GAEConfig, PPOConfig,
+    for c in (TinyModelConfig, ModelConfig, EnvConfig, MemoryConfig, RolloutConfig, GAEConfig, AlgoConfig, PPOConfig,
               FormatWarmupConfig, DeepSpeedConfig, EvalConfig, LoggingConfig, TrainConfig)
 }
 
-__all__ = ["ConfigError", "TrainConfig", "load_recipe", "build_config", "validate", "field_docs",
+__all__ = ["ConfigError", "TrainConfig", "AlgoConfig", "ALGORITHMS", "load_recipe", "build_config", "validate", "field_docs",
            "save_config", "to_dict", "parse_overrides", "MISSING", "DictConfig"]

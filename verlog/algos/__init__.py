@@ -1,7 +1,25 @@
-"""RL maths as pure tensor functions (no I/O): dual-discount GAE, PPO losses, batch stats."""
+"""RL maths as pure tensor functions (no I/O): dual-discount GAE, critic-free estimators,
+PPO/GSPO losses, batch stats."""
 
+from verlog.algos.estimators import (
+    AdvantageResult,
+    broadcast_turn_advantages,
+    discounted_turn_returns,
+    dynamic_sampling_filter,
+    episode_returns,
+    gigpo_advantages,
+    grpo_advantages,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+    rloo_advantages,
+    turn_index,
+)
 from verlog.algos.gae import dual_discount_gae, reference_dual_discount_gae
 from verlog.algos.losses import (
+    AGGREGATIONS,
+    aggregate_loss,
+    gspo_policy_loss,
+    overlong_penalty,
     entropy_bonus,
     entropy_from_logits,
     kl_penalty,
@@ -24,4 +42,19 @@ __all__ = [
     "value_loss",
     "explained_variance",
     "masked_whiten",
+    "AdvantageResult",
+    "broadcast_turn_advantages",
+    "discounted_turn_returns",
+    "dynamic_sampling_filter",
+    "episode_returns",
+    "gigpo_advantages",
+    "grpo_advantages",
+    "reinforce_pp_advantages",
+    "reinforce_pp_baseline_advantages",
+    "rloo_advantages",
+    "turn_index",
+    "AGGREGATIONS",
+    "aggregate_loss",
+    "gspo_policy_loss",
+    "overlong_penalty",
 ]

@@ -4,7 +4,8 @@ Shapes: B sequences (turns), S token positions, V vocabulary size. Every per-tok
 is [B, S] (any shape works as long as all per-token arguments share it) and ``mask`` is a
 bool tensor of that shape, True on the response tokens that are trained.
 
-Aggregation is "token-mean": the sum over valid tokens divided by the number of valid
+Aggregation is "token-mean" by default (see :func:`aggregate_loss` for the sequence-mean
+modes): the sum over valid tokens divided by the number of valid
 tokens. When a minibatch is split into micro-batches for gradient accumulation, pass
 ``loss_normalizer`` = the number of valid tokens in the whole minibatch to every
 micro-batch call: each call then returns sum(loss over its tokens) / loss_normalizer, and
@@ -31,6 +32,10 @@ __all__ = [
     "value_loss",
     "kl_penalty",
     "entropy_bonus",
+    "AGGREGATIONS",
+    "aggregate_loss",
+    "gspo_policy_loss",
+    "overlong_penalty",
 ]
 
 # exp() of a log-ratio is evaluated on a log-ratio clamped to +-_MAX_LOG_RATIO, so that one
@@ -161,17 +166,77 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return total / count
 
 
-def _aggregate(x: Tensor, mask: Tensor, loss_normalizer: float | None) -> Tensor:
-    """Token-mean, or sum over valid tokens / loss_normalizer."""
-    _check_same_shape(x=x, mask=mask)
-    _check_mask(mask)
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+
+def _check_normalizer(loss_normalizer: float | None) -> float | None:
     if loss_normalizer is None:
-        return masked_mean(x, mask)
+        return None
     if isinstance(loss_normalizer, bool) or not isinstance(loss_normalizer, (int, float)):
         raise TypeError(f"loss_normalizer must be a positive float or None, got {type(loss_normalizer).__name__}")
     if not loss_normalizer > 0:
         raise ValueError(f"loss_normalizer must be > 0, got {loss_normalizer}")
-    return torch.where(mask, x, 0).sum() / float(loss_normalizer)
+    return float(loss_normalizer)
+
+
+def aggregate_loss(
+    per_token: Tensor, mask: Tensor, mode: str = "token-mean", loss_normalizer: float | None = None
+) -> Tensor:
+    """Reduce a per-token loss [B, S] to a scalar.
+
+    A sequence is one row (all leading dims; tokens on the last dim); a row with no valid
+    token is not a sequence (padding) and is left out of every count.
+
+    * ``token-mean``: sum over valid tokens / number of valid tokens (DAPO, Yu et al.
+      2025, arXiv 2503.14476, eq. 12: every token weighs the same, so long responses
+      weigh more);
+    * ``seq-mean-token-mean``: mean over sequences of each sequence's token-mean (GRPO,
+      Shao et al. 2024, "DeepSeekMath", eq. 3; GSPO: every sequence weighs the same);
+    * ``seq-mean-token-sum``: mean over sequences of each sequence's token sum.
+
+    With ``loss_normalizer`` = n the denominator of the outer mean (valid tokens for
+    token-mean, sequences for the seq-mean modes) is replaced by n, so micro-batch calls
+    with n = the whole minibatch's count add up to the minibatch loss (module docstring).
+
+    Args:
+        per_token: float [B, S]; mask: bool [B, S]; mode: one of :data:`AGGREGATIONS`;
+        loss_normalizer: None or a positive number.
+
+    Returns:
+        0-dim tensor (differentiable).
+
+    Raises:
+        TypeError: mask not bool, bad loss_normalizer type. ValueError: shapes differ, an
+        unknown mode, a 0-dim input, loss_normalizer <= 0, or (without loss_normalizer)
+        no valid token.
+    """
+    _check_same_shape(per_token=per_token, mask=mask)
+    _check_mask(mask)
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {mode!r}")
+    if per_token.dim() == 0:
+        raise ValueError("aggregate_loss needs at least one (token) dimension")
+    norm = _check_normalizer(loss_normalizer)
+    x = torch.where(mask, per_token, 0)
+    if mode == "token-mean":
+        if norm is None:
+            return masked_mean(per_token, mask)
+        return x.sum() / norm
+    tokens = mask.sum(-1)
+    per_seq = x.sum(-1)
+    if mode == "seq-mean-token-mean":
+        per_seq = per_seq / tokens.clamp(min=1)
+    if norm is None:
+        n_seq = int((tokens > 0).sum())
+        if n_seq == 0:
+            raise ValueError("aggregate_loss: mask has no valid token")
+        return per_seq.sum() / n_seq
+    return per_seq.sum() / norm
+
+
+def _aggregate(x: Tensor, mask: Tensor, loss_normalizer: float | None, mode: str = "token-mean") -> Tensor:
+    """Token-mean (default), or another :func:`aggregate_loss` mode."""
+    return aggregate_loss(x, mask, mode, loss_normalizer)
 
 
 def _fraction(flags: Tensor, mask: Tensor) -> float:
@@ -187,6 +252,7 @@ def ppo_policy_loss(
     clip_high: float = 0.2,
     dual_clip: float | None = 3.0,
     loss_normalizer: float | None = None,
+    aggregation: str = "token-mean",
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped PPO surrogate loss with asymmetric clip range and dual clip, token-level.
 
@@ -207,6 +273,8 @@ def ppo_policy_loss(
         dual_clip: c > 1, or None to disable the dual clip.
         loss_normalizer: None for the token-mean over this call's valid tokens; a positive
             number n to return sum over valid tokens / n (micro-batching; module docstring).
+        aggregation: "token-mean" (default), "seq-mean-token-mean" or
+            "seq-mean-token-sum" (:func:`aggregate_loss`).
 
     Returns:
         (loss, metrics): loss is a 0-dim tensor; metrics (floats, over valid tokens):
@@ -257,7 +325,7 @@ def ppo_policy_loss(
             "ratio_min": float(r[mask].min()),
             "ratio_max": float(r[mask].max()),
         }
-    return _aggregate(loss, mask, loss_normalizer), metrics
+    return _aggregate(loss, mask, loss_normalizer, aggregation), metrics
 
 
 def value_loss(
@@ -267,6 +335,7 @@ def value_loss(
     mask: Tensor,
     clip_range: float | None = 0.2,
     loss_normalizer: float | None = None,
+    aggregation: str = "token-mean",
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped value loss: 0.5 * max((v - R)^2, (clip(v, v_old - eps, v_old + eps) - R)^2).
 
@@ -280,7 +349,7 @@ def value_loss(
         returns: float [B, S], the critic targets (e.g. from dual_discount_gae).
         mask: bool [B, S].
         clip_range: eps >= 0, or None for the plain 0.5 (v - R)^2.
-        loss_normalizer: as in :func:`ppo_policy_loss`.
+        loss_normalizer, aggregation: as in :func:`ppo_policy_loss`.
 
     Returns:
         (loss, metrics): 0-dim loss; metrics ``value_clip_fraction`` (share of valid tokens
@@ -316,7 +385,7 @@ def value_loss(
             "value_mean": float(masked_mean(values.detach(), mask)),
             "value_error": float(masked_mean(err_unclipped.detach(), mask)),
         }
-    return _aggregate(0.5 * per_token, mask, loss_normalizer), metrics
+    return _aggregate(0.5 * per_token, mask, loss_normalizer, aggregation), metrics
 
 
 def kl_penalty(
@@ -356,11 +425,13 @@ def kl_penalty(
     raise ValueError(f"kind must be one of 'k1', 'k2', 'k3', got {kind!r}")
 
 
-def entropy_bonus(logits: Tensor, mask: Tensor, loss_normalizer: float | None = None) -> Tensor:
+def entropy_bonus(
+    logits: Tensor, mask: Tensor, loss_normalizer: float | None = None, aggregation: str = "token-mean"
+) -> Tensor:
     """Mean policy entropy over valid tokens (to be *subtracted* from the loss, times a coef).
 
     Args:
-        logits: float [B, S, V]; mask: bool [B, S]; loss_normalizer: as in
+        logits: float [B, S, V]; mask: bool [B, S]; loss_normalizer, aggregation: as in
             :func:`ppo_policy_loss`.
 
     Returns:
@@ -369,4 +440,121 @@ def entropy_bonus(logits: Tensor, mask: Tensor, loss_normalizer: float | None = 
     Raises:
         as :func:`entropy_from_logits` and :func:`masked_mean`.
     """
-    return _aggregate(entropy_from_logits(logits), mask, loss_normalizer)
+    return _aggregate(entropy_from_logits(logits), mask, loss_normalizer, aggregation)
+
+
+def gspo_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    loss_normalizer: float | None = None,
+    aggregation: str = "seq-mean-token-mean",
+) -> tuple[Tensor, dict[str, float]]:
+    """GSPO: PPO clipping on a length-normalised *sequence* importance ratio.
+
+    Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv 2507.18071: per
+    sequence (row) i with |y_i| valid tokens,
+        s_i = (pi_theta(y_i) / pi_old(y_i))^(1/|y_i|) = exp(1/|y_i| sum_t log(pi_theta/pi_old))
+    (eq. 7), in its GSPO-token form (eq. 13-14) s_{i,t} = sg[s_i] pi_theta(y_t) /
+    sg[pi_theta(y_t)], which has the value s_i and the gradient s_i grad log pi_theta(y_t),
+    so token-level advantages are allowed (with A_{i,t} = A_i it equals GSPO exactly).
+    Per token: loss = max(-A s_{i,t}, -A clip(s_{i,t}, 1 - clip_low, 1 + clip_high)),
+    aggregated by default with seq-mean-token-mean (the paper's 1/G sum_i 1/|y_i| sum_t).
+    The clip range is on the sequence ratio, hence tiny (the paper's 3e-4 / 4e-4). The
+    mean log-ratio is clamped to +-20 before exp. No dual clip.
+
+    Args:
+        logprobs: float [B, S] current log-probs (with grad); old_logprobs: float [B, S];
+        advantages: float [B, S]; mask: bool [B, S], True on trained tokens (one row = one
+        sequence); clip_low in [0, 1), clip_high >= 0; loss_normalizer, aggregation: as in
+        :func:`ppo_policy_loss` (aggregation default seq-mean-token-mean).
+
+    Returns:
+        (loss, metrics): 0-dim loss; metrics ``clip_fraction`` (share of valid tokens whose
+        clipped term is active; with one advantage sign per sequence, all or none of a
+        sequence's tokens), ``seq_ratio_mean``, ``seq_ratio_min``, ``seq_ratio_max`` (s_i
+        over sequences with a valid token), ``approx_kl`` (k3 of the per-token ratios, as
+        in :func:`ppo_policy_loss`).
+
+    Raises:
+        TypeError/ValueError: as :func:`ppo_policy_loss`.
+    """
+    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask)
+    _check_mask(mask)
+    if not 0.0 <= clip_low < 1.0:
+        raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
+    if not clip_high >= 0.0:
+        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
+    if not bool(mask.any()):
+        raise ValueError("gspo_policy_loss: mask has no valid token")
+    if logprobs.dim() == 0:
+        raise ValueError("gspo_policy_loss needs a token dimension")
+
+    logprobs = torch.where(mask, logprobs, 0)
+    log_ratio = torch.where(mask, logprobs - old_logprobs, 0)
+    advantages = torch.where(mask, advantages, 0)
+    tokens = mask.sum(-1, keepdim=True)
+    seq_log_ratio = (log_ratio.sum(-1, keepdim=True) / tokens.clamp(min=1)).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    # value s_i, gradient s_i * d logprob_t
+    ratio = torch.exp(seq_log_ratio.detach() + logprobs - logprobs.detach())
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+
+    with torch.no_grad():
+        seqs = tokens.squeeze(-1) > 0
+        s = torch.exp(seq_log_ratio.detach()).squeeze(-1)[seqs]
+        lr = log_ratio.detach().clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        metrics = {
+            "clip_fraction": _fraction(clipped > unclipped, mask),
+            "seq_ratio_mean": float(s.mean()),
+            "seq_ratio_min": float(s.min()),
+            "seq_ratio_max": float(s.max()),
+            "approx_kl": float(masked_mean((torch.exp(lr) - 1.0) - lr, mask)),
+        }
+    return _aggregate(loss, mask, loss_normalizer, aggregation), metrics
+
+
+def overlong_penalty(
+    lengths: Tensor, max_length: int, cache_length: int, penalty_factor: float = 1.0
+) -> Tensor:
+    """DAPO's soft overlong punishment of a response by its length (a reward to add).
+
+    Yu et al. 2025, "DAPO", arXiv 2503.14476, eq. 13, with L_max = ``max_length`` and
+    L_cache = ``cache_length``:
+        0                                 if |y| <= L_max - L_cache
+        ((L_max - L_cache) - |y|) / L_cache  if L_max - L_cache < |y| <= L_max
+        -1                                if |y| > L_max
+    times ``penalty_factor`` (verl's ``overlong_penalty_factor``). Linear from 0 to -1
+    over the last L_cache tokens, continuous at both ends. For a turn, |y| is its number
+    of response tokens and L_max typically ``rollout.max_response_tokens``.
+
+    Args:
+        lengths: integer tensor of any shape, response lengths in tokens (>= 0).
+        max_length: L_max >= 1. cache_length: L_cache in [1, L_max].
+        penalty_factor: scale of the penalty (>= 0).
+
+    Returns:
+        float32 tensor of the shape of ``lengths``, values in [-penalty_factor, 0].
+
+    Raises:
+        TypeError: lengths not an integer tensor. ValueError: a negative length,
+        max_length < 1, cache_length outside [1, max_length], penalty_factor < 0.
+    """
+    if not isinstance(lengths, Tensor) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        raise TypeError("lengths must be an integer tensor")
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise ValueError(f"max_length must be an int >= 1, got {max_length!r}")
+    if isinstance(cache_length, bool) or not isinstance(cache_length, int) or not 1 <= cache_length <= max_length:
+        raise ValueError(f"cache_length must be an int in [1, max_length={max_length}], got {cache_length!r}")
+    if not penalty_factor >= 0:
+        raise ValueError(f"penalty_factor must be >= 0, got {penalty_factor}")
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise ValueError(f"lengths must be >= 0, got {int(lengths.min())}")
+    start = max_length - cache_length
+    ramp = (start - lengths.to(torch.float64)) / cache_length
+    out = torch.where(lengths <= start, 0.0, torch.where(lengths <= max_length, ramp, -1.0))
+    return (out * penalty_factor).to(torch.float32)
