@@ -60,7 +60,7 @@ def train_main(argv: list[str] | None = None) -> None:
 
     try:
         trainer = Trainer(cfg)
-    except (ModelLoadError, FileNotFoundError) as err:
+    except (ModelLoadError, FileNotFoundError, ConfigError) as err:
         _fail(str(err).splitlines()[0])
     try:
         result = trainer.train()

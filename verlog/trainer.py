@@ -33,7 +33,7 @@ from verlog.algos.losses import kl_penalty, ppo_policy_loss, value_loss
 from verlog.algos.rewards import token_rewards
 from verlog.algos.stats import explained_variance, masked_whiten
 from verlog.batch import TurnBatch
-from verlog.config import TrainConfig, save_config, to_dict
+from verlog.config import AlgoConfig, ConfigError, TrainConfig, save_config, to_dict
 from verlog.envs.vector import make_vector_env
 from verlog.builders import decoder, evaluate_config, memory_factory, sampling_params
 from verlog.evaluate import EvalResult
@@ -74,6 +74,7 @@ class Trainer:
     """
 
     def __init__(self, cfg: TrainConfig) -> None:
+        _check_trainable_algo(cfg)
         self.cfg = cfg
         if cfg.model.path != "tiny":
             load_tokenizer(cfg.model.path)  # fail fast, with one line, before any process group exists
@@ -593,6 +594,25 @@ class Trainer:
             logger.write(message)
         else:
             print(message, flush=True)
+
+
+def _check_trainable_algo(cfg: TrainConfig) -> None:
+    """Refuse ``algo`` settings the iteration loop does not apply yet, rather than ignore them.
+
+    The critic-free estimators and loss variants exist as tested pure functions
+    (:mod:`verlog.algos.estimators`, :mod:`verlog.algos.losses`); the loop trains PPO with
+    dual-discount GAE and token-mean aggregation only.
+
+    Raises:
+        ConfigError: one line naming the first ``algo`` key that differs from that.
+    """
+    default = AlgoConfig()
+    for key in ("algorithm", "loss_aggregation", "dynamic_sampling", "overlong_penalty"):
+        value = getattr(cfg.algo, key)
+        if value != getattr(default, key):
+            raise ConfigError(f"algo.{key}: {value!r} is not applied by the trainer yet (it trains "
+                              f"algorithm='ppo' with loss_aggregation='token-mean'); the estimators and "
+                              f"losses are in verlog/algos/")
 
 
 def _mean(xs: list[float]) -> float:
