@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 import gymnasium
 import numpy as np
 from minigrid.core.actions import Actions
-from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT
+from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT, OBJECT_TO_IDX
 from minigrid.envs.babyai.core.roomgrid_level import RejectSampling, RoomGridLevel
 from minigrid.envs.babyai.core.verifier import BeforeInstr, GoToInstr, ObjDesc, PickupInstr
 from minigrid.minigrid_env import MiniGridEnv
@@ -74,6 +74,8 @@ DEFAULT_ACTION = "go forward"
 
 _DOOR_STATE = {0: "open", 1: "closed", 2: "locked"}
 _IGNORED_TYPES = {"unseen", "empty", "floor", "agent"}
+#: Object-type indices never listed as objects (walls are reported along the rays instead).
+_NOT_LISTED = frozenset(OBJECT_TO_IDX[t] for t in _IGNORED_TYPES | {"wall"})
 
 
 def _steps(n: int) -> str:
@@ -140,12 +142,9 @@ def describe_view(image: np.ndarray) -> list[str]:
                 break
 
     objects: list[tuple[int, int, int, str]] = []
-    for col in range(size):
-        for row in range(size):
-            if (col, row) == (ax, ay):
-                continue
-            type_idx, color_idx, state = cells[col][row]
-            if type_idx == wall or IDX_TO_OBJECT[type_idx] in _IGNORED_TYPES:
+    for col, column in enumerate(cells):
+        for row, (type_idx, color_idx, state) in enumerate(column):
+            if type_idx in _NOT_LISTED or (col == ax and row == ay):
                 continue
             lateral, forward = col - ax, ay - row
             name = _object_name(type_idx, color_idx, state)
@@ -315,6 +314,7 @@ class BabyAITextEnv(TextEnv):
             raise ValueError("pass max_steps as BabyAITextEnv's own argument, not inside level_kwargs")
         self.minigrid: MiniGridEnv = _build_level(level, max_steps, kwargs)
         self._mission: str | None = None
+        self._instruction: str | None = None
         self._success = False
         self.rejected_layouts = 0
 
@@ -339,7 +339,9 @@ class BabyAITextEnv(TextEnv):
     @property
     def instruction(self) -> str:
         """System prompt of the current episode (contains the mission). RuntimeError before reset."""
-        return self._build_instruction(self.mission)
+        if self._instruction is None:
+            self._instruction = self._build_instruction(self.mission)  # once per episode: info carries it every step
+        return self._instruction
 
     @property
     def progression(self) -> float:
@@ -371,6 +373,7 @@ class BabyAITextEnv(TextEnv):
                 f"minigrid level uses max_steps={self.minigrid.max_steps}, expected {self.max_steps}"
             )
         self._mission = str(self.minigrid.mission)
+        self._instruction = None
         self._success = False
         return _render(obs["image"]), {"mission": self._mission}
 
