@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from envbench import play_text_env  # noqa: E402
 from verlog.envs.babaisai import ACTIONS, BABAISAI_LEVELS, BABAISAI_MAX_STEPS, generate_level  # noqa: E402
 from verlog.envs.registry import make_env  # noqa: E402
 
@@ -50,19 +52,7 @@ def run_bare(task: str, actions: np.ndarray, seed: int) -> tuple[float, list[int
 
 def run_wrapped(task: str, actions: np.ndarray, seed: int) -> tuple[float, list[int]]:
     """Seconds for the text env on the same actions, and the step indices where episodes ended."""
-    env = make_env(f"babaisai/{task}")
-    replies = [f"ACTION: {name}" for name in ACTIONS]
-    ends = []
-    episode = 0
-    start = time.perf_counter()
-    env.reset(seed=seed)
-    for i, a in enumerate(actions.tolist()):
-        _, _, terminated, truncated, _ = env.step(replies[a])
-        if terminated or truncated:
-            ends.append(i)
-            episode += 1
-            env.reset(seed=seed + episode)
-    return time.perf_counter() - start, ends
+    return play_text_env(make_env(f"babaisai/{task}"), [f"ACTION: {name}" for name in ACTIONS], actions.tolist(), seed)
 
 
 def main() -> int:

@@ -19,48 +19,29 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from envbench import play, play_text_env  # noqa: E402
 from verlog.envs.babyai import BABYAI_ACTIONS  # noqa: E402
 from verlog.envs.registry import make_env  # noqa: E402
 
 NAMES = list(BABYAI_ACTIONS)
 
 
-def run_bare(task: str, actions: np.ndarray, seed: int) -> tuple[float, list[int]]:
+def run_bare(task: str, actions: list[int], seed: int) -> tuple[float, list[int]]:
     """Seconds for the bare minigrid level, and the step indices where episodes ended."""
     level = make_env(f"babyai/{task}").minigrid
     codes = [BABYAI_ACTIONS[name] for name in NAMES]
-    ends, episode = [], 0
-    start = time.perf_counter()
-    level.reset(seed=seed)
-    for i, a in enumerate(actions.tolist()):
-        _, _, terminated, truncated, _ = level.step(codes[a])
-        if terminated or truncated:
-            ends.append(i)
-            episode += 1
-            level.reset(seed=seed + episode)
-    return time.perf_counter() - start, ends
+    return play(lambda s: level.reset(seed=s), lambda a: any(level.step(codes[a])[2:4]), actions, seed)
 
 
-def run_wrapped(task: str, actions: np.ndarray, seed: int) -> tuple[float, list[int]]:
+def run_wrapped(task: str, actions: list[int], seed: int) -> tuple[float, list[int]]:
     """Seconds for the text env on the same actions, and the step indices where episodes ended."""
-    env = make_env(f"babyai/{task}")
-    replies = [f"ACTION: {name}" for name in NAMES]
-    ends, episode = [], 0
-    start = time.perf_counter()
-    env.reset(seed=seed)
-    for i, a in enumerate(actions.tolist()):
-        _, _, terminated, truncated, _ = env.step(replies[a])
-        if terminated or truncated:
-            ends.append(i)
-            episode += 1
-            env.reset(seed=seed + episode)
-    return time.perf_counter() - start, ends
+    return play_text_env(make_env(f"babyai/{task}"), [f"ACTION: {name}" for name in NAMES], actions, seed)
 
 
 def main() -> int:
@@ -72,7 +53,7 @@ def main() -> int:
     args = parser.parse_args()
     ratios = []
     for task in args.tasks:
-        actions = np.random.default_rng(args.seed).integers(len(NAMES), size=args.steps)
+        actions = np.random.default_rng(args.seed).integers(len(NAMES), size=args.steps).tolist()
         bare_time, bare_ends = min(run_bare(task, actions, args.seed) for _ in range(args.repeats))
         wrapped_time, wrapped_ends = min(run_wrapped(task, actions, args.seed) for _ in range(args.repeats))
         if bare_ends != wrapped_ends:
