@@ -257,7 +257,10 @@ def _label(key: str) -> str:
 
 
 def draw_values_vs_returns(points: TurnPoints, title: str = ""):
-    """Left: scatter of turn value V_0 vs return R_0 (y = x dashed); right: their means by turn index."""
+    """Left: scatter of turn value V_0 vs return R_0 (y = x dashed); right: their means ± sd by turn index.
+
+    Returns a matplotlib ``Figure`` (the caller saves and closes it). ``points`` must be non-empty.
+    """
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
     sc = ax1.scatter(points.value, points.ret, c=points.turn_index, cmap="viridis", s=18, alpha=0.8)
     lo = float(min(points.value.min(), points.ret.min()))
@@ -283,7 +286,11 @@ def draw_values_vs_returns(points: TurnPoints, title: str = ""):
 
 
 def draw_advantages_by_position(points: TurnPoints, title: str = "", cap: int = 20):
-    """Box plots of the unwhitened turn advantage A_0 by turn index and by steps before episode end."""
+    """Box plots of the unwhitened turn advantage A_0 by turn index and by turns before episode end.
+
+    Positions >= ``cap`` are pooled. Turns whose episode does not end in the batch are left out of
+    the right panel (it says so when none ends). Returns a ``Figure`` (the caller closes it).
+    """
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     for ax, pos, xlabel in ((axes[0], points.turn_index, "turn index in episode (within the batch)"),
                             (axes[1], points.steps_to_end, "turns before episode end")):
@@ -302,7 +309,7 @@ def draw_advantages_by_position(points: TurnPoints, title: str = "", cap: int = 
 
 
 def draw_explained_variance(series: EVSeries, title: str = ""):
-    """Critic explained variance against environment turns (warm-up iterations marked)."""
+    """Critic explained variance against environment turns (warm-up iterations marked); returns a ``Figure``."""
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(series.turns, series.ev, marker="o", lw=1.2, label="explained variance")
     if series.warmup.any():
@@ -319,7 +326,10 @@ def draw_explained_variance(series: EVSeries, title: str = ""):
 
 
 def draw_gae_sweep(results: Sequence[SweepResult], title: str = ""):
-    """One panel per discount: mean |A_0| by turn index for each value tried (base in black)."""
+    """One panel per discount: mean |A_0| by turn index for each value tried (base in black, legend
+    gives mean |A| over tokens). ``results`` as :func:`gae_sweep` returns them (base first).
+    Returns a ``Figure`` (the caller closes it).
+    """
     base = results[0]
     fig, axes = plt.subplots(1, len(GAE_KEYS), figsize=(4 * len(GAE_KEYS), 4), sharey=True)
     for ax, key in zip(axes, GAE_KEYS):
