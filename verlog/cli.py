@@ -211,14 +211,28 @@ def _resolve_checkpoint(path: Path) -> tuple[Path, Path | None]:
 
 
 def plot_main(argv: list[str] | None = None) -> None:
-    """``verlog-plot <run dir>``: write the learning-curve PNGs from ``metrics.jsonl``."""
-    parser = _Parser(prog="verlog-plot", description="Plot a run's learning curves.")
+    """``verlog-plot <run dir>``: learning curves (``curves.png``) and the GAE figures (``figures/``).
+
+    Prints each PNG path written, and one line per figure skipped for missing inputs (e.g. no
+    dumped batches). Exits 2 with one line on stderr when the run directory is missing, has no
+    ``metrics.jsonl``, or its ``metrics.jsonl`` cannot be parsed.
+    """
+    parser = _Parser(prog="verlog-plot", description="Plot a run's learning curves and GAE figures.")
     parser.add_argument("run_dir")
     args = parser.parse_args(argv)
     run = Path(args.run_dir)
+    if not run.is_dir():
+        _fail(f"run_dir: {run} is not a directory")
     if not (run / "metrics.jsonl").is_file():
         _fail(f"run_dir: no metrics.jsonl in {run}")
+    from verlog.gae_figures import write_gae_figures
     from verlog.plots import plot_run
 
-    for png in plot_run(run):
+    try:
+        paths = plot_run(run)
+    except (ValueError, KeyError, TypeError) as err:  # json.JSONDecodeError is a ValueError
+        _fail(f"run_dir: cannot read {run / 'metrics.jsonl'}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+    for png in paths:
+        print(png)
+    for png in write_gae_figures(run):
         print(png)
