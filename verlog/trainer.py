@@ -384,7 +384,9 @@ class Trainer:
                 (an optimizer without DeepSpeed's overflow check, e.g. ``deepspeed.zero_stage=0``).
         """
         applied = bool(engine.was_step_applied())
-        if applied and not (losses_finite and math.isfinite(_grad_norm(engine))):
+        norm = engine.get_global_grad_norm()  # None where the optimizer does not report it (ZeRO-0)
+        norm_finite = norm is None or math.isfinite(float(norm))
+        if applied and not (losses_finite and norm_finite):
             raise RuntimeError(f"{name}: DeepSpeed applied an optimizer step with a non-finite loss or gradient "
                                f"norm (zero_stage={self.cfg.deepspeed.zero_stage} does not skip it); use "
                                "deepspeed.zero_stage 1-3")
