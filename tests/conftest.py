@@ -1,17 +1,28 @@
-"""Session-wide test ordering.
+"""Session-wide test isolation: no torch.distributed variables leak into later subprocesses.
 
-The tests of ``test_engines.py`` build vLLM engines in the pytest process. vLLM changes process-wide
-state that outlives its engines: it initialises torch.distributed without a launcher's LOCAL_RANK,
-after which a DeepSpeed engine built in the same process stops with "DeepSpeed requires the
-LOCAL_RANK environment variable". A training run never meets this (the trainer sets up its own
-process group before it builds a vLLM engine), so those tests run last, after every test that
-trains in-process.
+A test that trains in the pytest process sets up a single-process torch.distributed world and
+writes RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT into ``os.environ`` (so do
+in-process vLLM engines). Left there, a later ``verlog-train`` subprocess inherits them and tries
+to listen on the same MASTER_PORT, which the pytest process still holds (EADDRINUSE). After every
+test those variables are restored. The process group itself stays (DeepSpeed keeps references to
+it); :func:`verlog.distributed.init_distributed` refills the variables for the next in-process run.
 """
 
 from __future__ import annotations
 
-LAST_MODULES = ("test_engines.py",)
+import os
+
+import pytest
+
+DIST_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-def pytest_collection_modifyitems(session, config, items):
-    items.sort(key=lambda item: item.path.name in LAST_MODULES)  # stable: keeps the order otherwise
+@pytest.fixture(autouse=True)
+def _restore_distributed_variables():
+    before = {key: os.environ.get(key) for key in DIST_VARIABLES}
+    yield
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

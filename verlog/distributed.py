@@ -27,11 +27,18 @@ def init_distributed() -> None:
     Without a launcher this sets up a single-process world on 127.0.0.1 with a free port, so that
     ``deepspeed.initialize`` never falls back to MPI discovery.
     """
+    # Fill in what a launcher would have set, key by key, also when a process group already exists
+    # (DeepSpeed reads LOCAL_RANK from the environment; an in-process vLLM engine, or a caller that
+    # cleaned its environment, may leave a group without it).
+    if "RANK" not in os.environ or "LOCAL_RANK" not in os.environ:
+        initialized = dist.is_available() and dist.is_initialized()
+        os.environ.setdefault("RANK", str(dist.get_rank()) if initialized else "0")
+        os.environ.setdefault("WORLD_SIZE", str(dist.get_world_size()) if initialized else "1")
+        os.environ.setdefault("LOCAL_RANK", os.environ["RANK"] if os.environ["WORLD_SIZE"] == "1" else "0")
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
     if dist.is_available() and dist.is_initialized():
         return
-    if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(_free_port()))
     import deepspeed
 
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
