@@ -295,14 +295,20 @@ def _two_room(spec: LevelSpec, b: _Builder) -> str:
     return plan
 
 
-def _make_you(spec: LevelSpec, b: _Builder) -> str:
+def _split_in_two_rooms(b: _Builder) -> tuple[Region, Region, Region]:
+    """Wall off the board's middle column; return the regions the make_you levels place things in:
+    cells of the left room where a pushed block stays pushable (away from the walls), the same in
+    the right room, and anywhere in the right room."""
     width, height = b.game.width, b.game.height
     mid = width // 2
     area = (mid - 3, height - 6)
-    left_pushable: Region = (2, 3, *area)
-    right_pushable: Region = (mid + 2, 3, *area)
-    right_anywhere: Region = (mid + 1, 2, mid - 2, height - 2)
     b.divider(mid)
+    return (2, 3, *area), (mid + 2, 3, *area), (mid + 1, 2, mid - 2, height - 2)
+
+
+def _make_you(spec: LevelSpec, b: _Builder) -> str:
+    width, height = b.game.width, b.game.height
+    left_pushable, right_pushable, right_anywhere = _split_in_two_rooms(b)
     obj1, obj2, _ = _sample_objects(b.rng)
     b.put_rule("baba", "you", 1, height - 3)
     b.put_rule("wall", "stop", 1, 1)  # in the corner: it can never be broken
@@ -319,12 +325,7 @@ def _make_you(spec: LevelSpec, b: _Builder) -> str:
 
 def _make_wall_win(spec: LevelSpec, b: _Builder) -> str:
     width, height = b.game.width, b.game.height
-    mid = width // 2
-    area = (mid - 3, height - 6)
-    left_pushable: Region = (2, 3, *area)
-    right_pushable: Region = (mid + 2, 3, *area)
-    right_anywhere: Region = (mid + 1, 2, mid - 2, height - 2)
-    b.divider(mid)
+    left_pushable, right_pushable, right_anywhere = _split_in_two_rooms(b)
     obj1, obj2, obj3 = _sample_objects(b.rng)
     b.put_rule("baba", "you", 1, height - 2)
     b.put_rule("wall", "stop", 2, 2)
