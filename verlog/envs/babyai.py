@@ -123,7 +123,7 @@ def describe_view(image: np.ndarray) -> list[str]:
         raise ValueError(f"view size must be >= 3, got {size}")
     cells = image.tolist()  # cells[col][row] = [type, color, state]
     ax, ay = size // 2, size - 1
-    wall = 2  # OBJECT_TO_IDX["wall"]
+    wall = OBJECT_TO_IDX["wall"]
     unseen = 0
 
     lines: list[str] = []
@@ -152,7 +152,7 @@ def describe_view(image: np.ndarray) -> list[str]:
     lines.extend(text for *_, text in sorted(objects))
 
     carried_type, carried_color, carried_state = cells[ax][ay]
-    if IDX_TO_OBJECT[carried_type] not in _IGNORED_TYPES and carried_type != wall:
+    if carried_type not in _NOT_LISTED:
         lines.append(f"You carry {_object_name(carried_type, carried_color, carried_state)}")
     return lines
 
