@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import hashlib
+from typing import Any, Iterable, Sequence
 
 from verlog.envs.base import TextEnv
 from verlog.envs.registry import is_registered, register
@@ -159,3 +160,27 @@ class FaultyCountGame(CountGame):
 
 if not is_registered(FAULTY_TASK):
     register(FAULTY_TASK, FaultyCountGame)
+
+
+def trace_digest(env: TextEnv, seed: int, replies: Iterable[str]) -> str:
+    """SHA-256 of everything a text env returns while playing ``replies`` from ``reset(seed=seed)``.
+
+    Every observation, reward, termination flag and the whole info dict (sorted by key) go into the
+    digest; when an episode ends the env is reset without a seed (continuing its own RNG), so one
+    trace spans several episodes. Golden digests of such traces pin observations byte for byte
+    across refactors and speed-ups of the text rendering.
+    """
+    digest = hashlib.sha256()
+
+    def record(*parts: Any) -> None:
+        digest.update(repr(parts).encode())
+
+    obs, info = env.reset(seed=seed)
+    record(obs, sorted(info.items()))
+    for reply in replies:
+        obs, reward, terminated, truncated, info = env.step(reply)
+        record(obs, reward, terminated, truncated, sorted(info.items()))
+        if terminated or truncated:
+            obs, info = env.reset()
+            record(obs, sorted(info.items()))
+    return digest.hexdigest()

@@ -3,12 +3,14 @@ by the solver and replayed through the text env), and the TextEnv contract of ``
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import random
 import warnings
 
 import numpy as np
 import pytest
+from helpers import trace_digest
 
 from verlog.envs import make_env, make_vector_env
 from verlog.envs.babaisai import (
@@ -601,6 +603,27 @@ def test_all_tasks_reset_and_run_random_steps():
             assert isinstance(obs, str) and (reward in (0.0, -1.0) or reward > 0)
             if terminated or truncated:
                 env.reset()
+
+
+def _golden_replies(level: str, seed: int) -> list[str]:
+    """The solver's winning plan for ``level`` at ``seed`` (rules formed and broken by pushes),
+    then 250 seeded random replies, one in ten without a valid action."""
+    env = make_env(f"babaisai/{level}")
+    env.reset(seed=seed)
+    rng = random.Random(f"{level}/{seed}")
+    replies = [f"ACTION: {action}" for action in solve(env.game, max_nodes=20_000)]
+    replies += ["no idea" if rng.random() < 0.1 else f"ACTION: {rng.choice(ACTIONS)}" for _ in range(250)]
+    return replies
+
+
+#: SHA-256 over the traces of :func:`_golden_replies` for every level (seed 3), recorded before the
+#: text rendering was optimised: observations, rewards, ends and info must stay byte-identical.
+GOLDEN_TRACES_DIGEST = "1a1a764684e3dac52c7d3faa1321039180df3d342531a39942938a508ab4ce28"
+
+
+def test_observations_are_byte_identical_to_the_recorded_traces():
+    digests = [trace_digest(make_env(f"babaisai/{level}"), 3, _golden_replies(level, 3)) for level in BABAISAI_LEVELS]
+    assert hashlib.sha256("".join(digests).encode()).hexdigest() == GOLDEN_TRACES_DIGEST
 
 
 def test_state_key_is_the_exact_state():

@@ -472,3 +472,104 @@ def test_factories_pickle_and_run_in_async_vector_env():
             assert all(terminated | truncated)
         finally:
             venv.close()
+
+
+# ----------------------------------------------------------------------------- fast rendering = reference
+def _reference_describe(glyphs: np.ndarray, x: int, y: int) -> list[str]:
+    """The language observation by its definition, one square at a time (slow, obviously right)."""
+    names, kinds = nt.glyph_table()
+    items = []
+    for r in range(glyphs.shape[0]):
+        for c in range(glyphs.shape[1]):
+            dist = max(abs(r - y), abs(c - x))
+            kind = kinds[glyphs[r, c]]
+            if dist == 1 and kind != nt.KIND_SKIP or dist > 1 and kind == nt.KIND_ANY:
+                items.append((dist, r, c, names[glyphs[r, c]]))
+    lines, counts = [], {}
+    for dist, r, c, name in sorted(items):
+        if dist > 1:
+            counts[name] = counts.get(name, 0) + 1
+            if counts[name] > nt.MAX_PER_NAME:
+                continue
+        lines.append(f"{name} {nt.offset_text(r - y, c - x)}")
+    return lines[: nt.MAX_DESCRIPTION_LINES]
+
+
+def _reference_map(tty: np.ndarray) -> str:
+    return "\n".join(bytes(row).rstrip(b" ").decode("latin-1") for row in tty[1:])
+
+
+def test_fast_rendering_equals_the_reference_on_random_screens():
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        glyphs = np.full((21, 79), STONE, dtype=np.int16)
+        cells = rng.integers(0, glyphs.size, rng.integers(0, 120 if trial % 2 else 1000))
+        glyphs.flat[cells] = rng.integers(0, nethack.MAX_GLYPH, cells.size)
+        x, y = int(rng.integers(0, 79)), int(rng.integers(0, 21))
+        if trial % 5 == 0:  # corners and edges
+            x, y = [0, 78][trial % 2], [0, 20][(trial // 2) % 2]
+        assert nt.describe_surroundings(glyphs, x, y) == _reference_describe(glyphs, x, y)
+        # bytes 0, 32 and 255 included: spaces, NULs and the latin-1 top byte, trailing or not
+        tty = rng.choice(np.array([0, 32, 32, 32, 46, 64, 255], dtype=np.uint8), size=(24, 80))
+        tty[rng.integers(0, 24, 5)] = 32  # some blank rows
+        assert nt.render_map(tty) == _reference_map(tty)
+
+
+def test_cursor_line_of_every_glyph_equals_the_reference():
+    names, _ = nt.glyph_table()
+    for glyph, name in enumerate(names):
+        name = name if nethack.glyph_is_monster(glyph) else ""
+        who = f"Yourself {'an' if name[:1].lower() in 'aeiou' else 'a'} {name}" if name else "Yourself"
+        assert nt.cursor_line(np.full((2, 3), glyph, dtype=np.int16), 2, 1) == f"{who} (x=2, y=1)"
+
+
+@pytest.mark.parametrize("name", ["nle/NetHackChallenge", "minihack/Quest-Medium"])
+def test_fast_rendering_equals_the_reference_in_play(name):
+    env = make_env(name)
+    env.reset(seed=5)
+    rng = np.random.default_rng(5)
+    for i in rng.integers(0, len(env.valid_actions), 150):
+        _, _, terminated, truncated, _ = env.step(f"ACTION: {env.valid_actions[i]}")
+        glyphs, blstats, tty = env._obs["glyphs"], env._obs["blstats"], env._obs["tty_chars"]
+        x, y = int(blstats[nethack.NLE_BL_X]), int(blstats[nethack.NLE_BL_Y])
+        if env.nle.nethack.in_normal_game() and 0 <= x < 79 and 0 <= y < 21:
+            assert _section(env.describe(), "language observation") == (
+                _reference_describe(glyphs, x, y) or ["(nothing noteworthy)"]
+            )
+        assert _section(env.describe(), "map") == _reference_map(tty)
+        if terminated or truncated:
+            env.reset()
+    env.close()
+
+
+# Digests of whole seeded episodes (observations, rewards, ends, info), recorded with nle 1.3.0 and
+# minihack 1.0.2 before the rendering was optimised: any change to the text shows up here.
+TRANSCRIPT_DIGESTS = {
+    "nle/NetHackChallenge": "c426f9b29cd6bfc7c54ad3e7c40ce8a40082da471b99fcc00310be91f433ff80",
+    "minihack/Quest-Medium": "e0d2573796e74e4867edb33a44798fe880aad509392142c4076b4f48830b0fe5",
+    "minihack/CorridorBattle-Dark": "16a4ea95488665b057388ae309ff2cdbb7fe31af8c3eff7bb8400542b1c86e09",
+    "minihack/MazeWalk-15x15": "965a05bcab186f93dd9cc384b8d907038caf90ad219b298f1ecea09b9e6aaf78",
+}
+
+
+def _transcript_digest(name: str, seed: int = 3, steps: int = 400) -> str:
+    import hashlib
+
+    env = make_env(name)
+    rng = np.random.default_rng(seed)
+    digest = hashlib.sha256()
+    obs, info = env.reset(seed=seed)
+    digest.update(repr((obs, sorted(info.items()))).encode())
+    for i in rng.integers(0, len(env.valid_actions), steps):
+        step = env.step(f"ACTION: {env.valid_actions[i]}")
+        digest.update(repr(step[:4] + (sorted(step[4].items()),)).encode())
+        if step[2] or step[3]:
+            obs, info = env.reset()
+            digest.update(repr((obs, sorted(info.items()))).encode())
+    env.close()
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("name", sorted(TRANSCRIPT_DIGESTS))
+def test_episodes_match_the_pinned_transcripts(name):
+    assert _transcript_digest(name) == TRANSCRIPT_DIGESTS[name]

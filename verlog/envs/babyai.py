@@ -27,7 +27,7 @@ import contextlib
 import functools
 import io
 import logging
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import gymnasium
 import numpy as np
@@ -76,6 +76,7 @@ _DOOR_STATE = {0: "open", 1: "closed", 2: "locked"}
 _IGNORED_TYPES = {"unseen", "empty", "floor", "agent"}
 #: Object-type indices never listed as objects (walls are reported along the rays instead).
 _NOT_LISTED = frozenset(OBJECT_TO_IDX[t] for t in _IGNORED_TYPES | {"wall"})
+_UNSEEN, _WALL = OBJECT_TO_IDX["unseen"], OBJECT_TO_IDX["wall"]
 
 
 def _steps(n: int) -> str:
@@ -100,6 +101,42 @@ def _offset(lateral: int, forward: int) -> str:
     return " and ".join(part for part in (side, ahead) if part)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _object_line(type_idx: int, color_idx: int, state: int, lateral: int, forward: int) -> str:
+    """``"a red ball 2 steps left and 3 steps forward"`` (cached: views repeat the same few objects)."""
+    return f"{_object_name(type_idx, color_idx, state)} {_offset(lateral, forward)}"
+
+
+class _ViewGeometry(NamedTuple):
+    """Where things are in a ``V x V`` view flattened to cell index ``col * V + row``."""
+
+    agent: int  # the agent's cell (bottom row, middle column)
+    rays: tuple[tuple[tuple[int, str], ...], ...]  # forward, left, right: (cell, "a wall k steps <dir>") outwards
+    order: tuple[int, ...]  # every other cell in listing order: distance, then forward, then left to right
+    offsets: tuple[tuple[int, int], ...]  # (lateral, forward) of each cell from the agent
+
+
+@functools.lru_cache(maxsize=None)
+def _view_geometry(size: int) -> _ViewGeometry:
+    """The :class:`_ViewGeometry` of a ``size x size`` view (computed once per size)."""
+    ax, ay = size // 2, size - 1
+    offsets = tuple((col - ax, ay - row) for col in range(size) for row in range(size))
+    agent = ax * size + ay
+    rays = tuple(
+        tuple((col * size + row, f"a wall {_steps(k)} {label}") for k, (col, row) in enumerate(ray, start=1))
+        for label, ray in (
+            ("forward", [(ax, ay - k) for k in range(1, ay + 1)]),
+            ("left", [(ax - k, ay) for k in range(1, ax + 1)]),
+            ("right", [(ax + k, ay) for k in range(1, size - ax)]),
+        )
+    )
+    order = sorted(
+        (cell for cell in range(size * size) if cell != agent),
+        key=lambda cell: (abs(offsets[cell][0]) + offsets[cell][1], offsets[cell][1], offsets[cell][0]),
+    )
+    return _ViewGeometry(agent, rays, tuple(order), offsets)
+
+
 def describe_view(image: np.ndarray) -> list[str]:
     """Describe minigrid's egocentric encoded view as BALROG-style text lines.
 
@@ -121,37 +158,21 @@ def describe_view(image: np.ndarray) -> list[str]:
     size = image.shape[0]
     if size < 3:
         raise ValueError(f"view size must be >= 3, got {size}")
-    cells = image.tolist()  # cells[col][row] = [type, color, state]
-    ax, ay = size // 2, size - 1
-    wall = OBJECT_TO_IDX["wall"]
-    unseen = 0
-
+    geometry = _view_geometry(size)
+    cells = image.reshape(size * size, 3)  # cells[col * size + row] = (type, color, state)
+    types = cells[:, 0].tolist()
     lines: list[str] = []
-    rays = (
-        ("forward", [(ax, ay - k) for k in range(1, ay + 1)]),
-        ("left", [(ax - k, ay) for k in range(1, ax + 1)]),
-        ("right", [(ax + k, ay) for k in range(1, size - ax)]),
-    )
-    for label, ray in rays:
-        for k, (col, row) in enumerate(ray, start=1):
-            obj_type = cells[col][row][0]
-            if obj_type == unseen:
+    for ray in geometry.rays:
+        for cell, wall_line in ray:
+            if types[cell] == _UNSEEN:
                 break
-            if obj_type == wall:
-                lines.append(f"a wall {_steps(k)} {label}")
+            if types[cell] == _WALL:
+                lines.append(wall_line)
                 break
-
-    objects: list[tuple[int, int, int, str]] = []
-    for col, column in enumerate(cells):
-        for row, (type_idx, color_idx, state) in enumerate(column):
-            if type_idx in _NOT_LISTED or (col == ax and row == ay):
-                continue
-            lateral, forward = col - ax, ay - row
-            name = _object_name(type_idx, color_idx, state)
-            objects.append((abs(lateral) + forward, forward, lateral, f"{name} {_offset(lateral, forward)}"))
-    lines.extend(text for *_, text in sorted(objects))
-
-    carried_type, carried_color, carried_state = cells[ax][ay]
+    for cell in geometry.order:  # only the few listed cells are looked at closely
+        if types[cell] not in _NOT_LISTED:
+            lines.append(_object_line(*cells[cell].tolist(), *geometry.offsets[cell]))
+    carried_type, carried_color, carried_state = cells[geometry.agent].tolist()
     if carried_type not in _NOT_LISTED:
         lines.append(f"You carry {_object_name(carried_type, carried_color, carried_state)}")
     return lines
@@ -352,6 +373,18 @@ class BabyAITextEnv(TextEnv):
     def success(self) -> bool:
         """Whether any step of this episode had reward > 0."""
         return self._success
+
+    @property
+    def state_key(self) -> bytes:
+        """The exact level state: grid encoding, agent position and direction, carried object, mission.
+
+        Raises:
+            RuntimeError: before the first reset.
+        """
+        g = self.minigrid
+        carrying = g.carrying.encode() if g.carrying is not None else (0, 0, 0)
+        head = np.array([*g.agent_pos, g.agent_dir, *carrying], dtype=np.int64).tobytes()
+        return head + g.grid.encode().tobytes() + self.mission.encode()
 
     def describe(self) -> str:
         """The text observation of the level's current state (no notice line)."""

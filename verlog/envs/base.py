@@ -53,6 +53,8 @@ INFO_KEYS: tuple[str, ...] = (
     "context",
 )
 
+_RESERVED_KEYS = frozenset(INFO_KEYS)
+
 
 def invalid_action_notice(executed: str) -> str:
     """The one-line notice prepended to the observation after a reply with no valid action.
@@ -180,6 +182,19 @@ class TextEnv(gymnasium.Env, ABC):
         return ""
 
     @property
+    def state_key(self) -> bytes:
+        """The exact current game state as bytes (not its text), for GiGPO's anchor states.
+
+        Two states with equal keys must be the same game state, so that grouping turns by key
+        groups identical decision points (Feng et al. 2025, GiGPO, sec. 3.2). Games that can
+        report it override this; the default raises.
+
+        Raises:
+            NotImplementedError: the game does not report state keys.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not report a state key (needed by algo.algorithm=gigpo)")
+
+    @property
     def episode_step(self) -> int:
         """Steps taken in the current episode."""
         return self._episode_step
@@ -250,7 +265,7 @@ class TextEnv(gymnasium.Env, ABC):
             obs = invalid_action_notice(action) + "\n" + obs
         self._needs_reset = terminated or truncated
         info = self._make_info(game_info, action=action, action_valid=action_valid, game_reward=game_reward)
-        if frozenset(info) != self._info_keys:
+        if info.keys() != self._info_keys:  # a set comparison without building a frozenset per step
             raise RuntimeError(
                 f"{type(self).__name__} changed its info keys between reset and step: "
                 f"missing {sorted(self._info_keys - set(info))}, extra {sorted(set(info) - self._info_keys)}"
@@ -258,22 +273,21 @@ class TextEnv(gymnasium.Env, ABC):
         return obs, reward, terminated, truncated, info
 
     def _make_info(self, game_info: dict[str, Any], *, action: str, action_valid: bool, game_reward: float) -> dict:
-        clash = set(game_info) & set(INFO_KEYS)
-        if clash:
-            raise RuntimeError(f"{type(self).__name__} game info must not set reserved keys {sorted(clash)}")
+        if not _RESERVED_KEYS.isdisjoint(game_info):
+            clash = sorted(_RESERVED_KEYS.intersection(game_info))
+            raise RuntimeError(f"{type(self).__name__} game info must not set reserved keys {clash}")
         progression = float(self.progression)
         if not 0.0 <= progression <= 1.0:
             raise RuntimeError(f"{type(self).__name__}.progression must be in [0, 1], got {progression}")
-        info = dict(game_info)
-        info.update(
-            instruction=self.instruction,
-            valid_actions=list(self.valid_actions),
-            progression=progression,
-            success=bool(self.success),
-            episode_step=self._episode_step,
-            action=action,
-            action_valid=action_valid,
-            game_reward=game_reward,
-            context=str(self.context),
-        )
-        return info
+        return {  # the game's keys first, then ours in INFO_KEYS order
+            **game_info,
+            "instruction": self.instruction,
+            "valid_actions": list(self.valid_actions),
+            "progression": progression,
+            "success": bool(self.success),
+            "episode_step": self._episode_step,
+            "action": action,
+            "action_valid": action_valid,
+            "game_reward": game_reward,
+            "context": str(self.context),
+        }

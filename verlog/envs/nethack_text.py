@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import functools
 import string
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium
 import numpy as np
@@ -362,18 +362,57 @@ def offset_text(dy: int, dx: int) -> str:
     return f"{_steps(ady)} {vertical} and {_steps(adx)} {horizontal}"
 
 
+#: Bits of a glyph id in the sort keys of :func:`_offset_keys` (NetHack 3.6 has 5,976 glyphs).
+_GLYPH_BITS = 13
+
+
 @functools.lru_cache(maxsize=1)
-def _lookup_tables() -> tuple[tuple[str, ...], bytes, np.ndarray]:
-    """``(names, kinds as bytes, "listed anywhere" mask)`` for fast lookups."""
+def _lookup_tables() -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+    """``(names, listed anywhere, listed when adjacent)``: the two masks (bool, per glyph) of
+    :func:`glyph_table`'s kinds, for vectorised lookups over the whole map."""
     names, kinds = glyph_table()
-    return names, kinds.tobytes(), kinds == KIND_ANY
+    if len(names) > 1 << _GLYPH_BITS:
+        raise RuntimeError(f"{len(names)} glyphs do not fit the {_GLYPH_BITS} bits of the sort keys")
+    return names, kinds == KIND_ANY, kinds != KIND_SKIP
+
+
+@functools.lru_cache(maxsize=8)
+def _offset_keys(rows: int, cols: int) -> tuple[np.ndarray, int]:
+    """Sort keys of every offset ``(dy, dx)`` between two squares of a ``rows x cols`` map.
+
+    Returns:
+        ``(table, offset_bits)``: ``table`` has shape ``(2 * rows - 1, 2 * cols - 1)``, the agent at the
+        centre ``(rows - 1, cols - 1)``; entry ``[R, C]`` is ``distance << (offset_bits + 13) |
+        (R * (2 * cols - 1) + C) << 13`` (distance in king moves), with the low 13 bits left for a glyph
+        id. The agent's view of the map is the ``rows x cols`` window of the table around its square, and
+        sorting keys puts squares nearest first, then top to bottom, left to right. Read-only.
+    """
+    height, width = 2 * rows - 1, 2 * cols - 1
+    offset_bits = (height * width - 1).bit_length()
+    dy = np.arange(height, dtype=np.int64)[:, None] - (rows - 1)
+    dx = np.arange(width, dtype=np.int64)[None, :] - (cols - 1)
+    dist = np.maximum(np.abs(dy), np.abs(dx))
+    position = (dy + rows - 1) * width + (dx + cols - 1)
+    table = (dist << (offset_bits + _GLYPH_BITS)) | (position << _GLYPH_BITS)
+    table.flags.writeable = False
+    return table, offset_bits
+
+
+def _listed_mask(glyphs: np.ndarray, x: int, y: int) -> np.ndarray:
+    """Which squares the language observation lists (bool, the map's shape; the agent's own left out)."""
+    _, anywhere, adjacent = _lookup_tables()
+    mask = anywhere.take(glyphs, mode="clip")  # the glyphs are valid ids; "clip" skips a bounds pass
+    r0, c0 = max(y - 1, 0), max(x - 1, 0)
+    mask[r0 : y + 2, c0 : x + 2] = adjacent.take(glyphs[r0 : y + 2, c0 : x + 2], mode="clip")
+    mask[y, x] = False
+    return mask
 
 
 def describe_surroundings(glyphs: np.ndarray, x: int, y: int, *, max_per_name: int = MAX_PER_NAME) -> list[str]:
     """The language-observation lines for the map ``glyphs`` seen by an agent at column ``x``, row ``y``.
 
     Args:
-        glyphs: NLE's ``glyphs`` observation, shape ``(21, 79)`` (rows, columns), int.
+        glyphs: NLE's ``glyphs`` observation, shape ``(21, 79)`` (rows, columns), int, valid glyph ids.
         x, y: the agent's column and row (``blstats[0]``, ``blstats[1]``).
         max_per_name: how many non-adjacent items of one name are listed (the nearest).
 
@@ -389,49 +428,49 @@ def describe_surroundings(glyphs: np.ndarray, x: int, y: int, *, max_per_name: i
     rows, cols = glyphs.shape
     if not (0 <= x < cols and 0 <= y < rows):
         raise ValueError(f"agent position (x={x}, y={y}) outside the {cols}x{rows} map")
-    names, kinds, listed_anywhere = _lookup_tables()
-    items: list[tuple[int, int, int, str]] = []
-    # The 8 neighbours: everything that is listed at all.
-    r0, c0 = max(y - 1, 0), max(x - 1, 0)
-    for r, row in enumerate(glyphs[r0 : y + 2, c0 : x + 2].tolist(), start=r0):
-        for c, glyph in enumerate(row, start=c0):
-            if kinds[glyph] != KIND_SKIP and (r, c) != (y, x):
-                items.append((1, r, c, names[glyph]))
-    # Farther squares: only things listed anywhere (one vectorised pass over the map).
-    flat = np.flatnonzero(np.take(listed_anywhere, glyphs))
-    if flat.size:
-        for index, glyph in zip(flat.tolist(), glyphs.ravel()[flat].tolist()):
-            r, c = divmod(index, cols)
-            dist = max(abs(r - y), abs(c - x))
-            if dist > 1:
-                items.append((dist, r, c, names[glyph]))
-    items.sort()
+    names = _lookup_tables()[0]
+    mask = _listed_mask(glyphs, x, y)
+    table, offset_bits = _offset_keys(rows, cols)
+    view = table[rows - 1 - y : 2 * rows - 1 - y, cols - 1 - x : 2 * cols - 1 - x]  # centred on the agent
+    keys = (view[mask] | glyphs[mask]).tolist()
+    keys.sort()
+    width = 2 * cols - 1
     lines: list[str] = []
     counts: dict[str, int] = {}
-    for dist, r, c, name in items:
-        if dist > 1:
+    for key in keys:
+        name = names[key & ((1 << _GLYPH_BITS) - 1)]
+        if key >> (offset_bits + _GLYPH_BITS) > 1:  # beyond the neighbours: the nearest few of each name
             seen = counts.get(name, 0)
             if seen >= max_per_name:
                 continue
             counts[name] = seen + 1
-        lines.append(f"{name} {offset_text(r - y, c - x)}")
+        dy, dx = divmod((key >> _GLYPH_BITS) & ((1 << offset_bits) - 1), width)
+        lines.append(f"{name} {offset_text(dy - (rows - 1), dx - (cols - 1))}")
         if len(lines) >= MAX_DESCRIPTION_LINES:
             break
     return lines
+
+
+@functools.lru_cache(maxsize=1)
+def _cursor_names() -> tuple[str, ...]:
+    """Per glyph: ``"Yourself a <monster>"`` for monster glyphs, else ``"Yourself"`` (built once)."""
+    names, _ = glyph_table()
+    return tuple(
+        f"Yourself {_article(name)}" if name and nethack.glyph_is_monster(glyph) else "Yourself"
+        for glyph, name in enumerate(names)
+    )
 
 
 def cursor_line(glyphs: np.ndarray, x: int, y: int) -> str:
     """``"Yourself a rogue (x=40, y=7)"``: the monster shown at the agent's square and its position.
 
     Just ``"Yourself (x=.., y=..)"`` when the square shows no monster glyph (e.g. while engulfed)."""
-    glyph = int(glyphs[y, x])
-    name = glyph_name(glyph) if nethack.glyph_is_monster(glyph) else ""
-    who = f"Yourself {_article(name)}" if name else "Yourself"
-    return f"{who} (x={x}, y={y})"
+    return f"{_cursor_names()[int(glyphs[y, x])]} (x={x}, y={y})"
 
 
 # ----------------------------------------------------------------------------------------- terminal
 _MORE = b"--More--"
+_SWAP_SPACE_NUL = bytes.maketrans(b" \0", b"\0 ")
 
 
 def render_map(tty_chars: np.ndarray) -> str:
@@ -443,11 +482,14 @@ def render_map(tty_chars: np.ndarray) -> str:
     Raises:
         ValueError: if ``tty_chars`` is not a 2-D uint8 array with at least 2 rows.
     """
-    if tty_chars.ndim != 2 or tty_chars.dtype != np.uint8 or tty_chars.shape[0] < 2:
+    if tty_chars.ndim != 2 or tty_chars.dtype != np.uint8 or tty_chars.shape[0] < 2 or tty_chars.shape[1] < 1:
         raise ValueError(f"tty_chars must be a (rows, columns) uint8 array, got {tty_chars.dtype} {tty_chars.shape}")
-    raw = tty_chars[1:].tobytes()
-    width = tty_chars.shape[1]
-    return b"\n".join([raw[i : i + width].rstrip(b" ") for i in range(0, len(raw), width)]).decode("latin-1")
+    # Trailing spaces are cut in C, not per line in Python: spaces and NULs swap places, numpy's
+    # fixed-width bytes type drops each row's trailing NULs (the spaces) when making bytes objects, and
+    # the swap is undone on the joined text (so NULs of the screen are kept, as by rstrip(b" ")).
+    swapped = tty_chars[1:].tobytes().translate(_SWAP_SPACE_NUL)
+    rows = np.frombuffer(swapped, dtype=f"S{tty_chars.shape[1]}").tolist()
+    return b"\n".join(rows).translate(_SWAP_SPACE_NUL).decode("latin-1")
 
 
 def decode_message(message: np.ndarray) -> str:
@@ -539,6 +581,39 @@ def make_nle_env(env_id: str, env_kwargs: Mapping[str, Any]) -> NLE:
     return env
 
 
+class _RecentResults:
+    """The results of one pure function for its last ``size`` distinct keys (least recently used out).
+
+    Made for screens: a step mostly shows the screen of the step before (the last key is compared
+    first, by value: a memcmp, no hashing) or one seen a few steps ago (a random walk goes back and
+    forth; looked up by hash).
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._results: dict[Any, Any] = {}  # insertion order = recency
+        self._last_key: Any = None
+        self._last_value: Any = None
+
+    def get(self, key: Any, compute: Callable[..., Any], *args: Any) -> Any:
+        """``compute(*args)``, the result of which is determined by ``key``, from the cache if there."""
+        if key == self._last_key:
+            return self._last_value
+        value = self._results.pop(key, _MISSING)
+        if value is _MISSING:
+            value = compute(*args)
+            if len(self._results) >= self._size:
+                del self._results[next(iter(self._results))]
+        self._results[key] = value
+        self._last_key, self._last_value = key, value
+        return value
+
+
+_MISSING = object()
+#: Distinct screens (maps, language observations) remembered per env.
+RECENT_SCREENS = 64
+
+
 class NetHackTextEnvBase(TextEnv):
     """Shared game loop of the MiniHack and NLE text envs (subclasses add tasks and scoring).
 
@@ -579,13 +654,10 @@ class NetHackTextEnvBase(TextEnv):
         self.more_presses = 0
         self._obs: dict[str, np.ndarray] | None = None
         self._message = ""
-        # caches (keyed on the raw bytes of the arrays they are computed from)
-        self._desc_key: tuple[bytes, int, int] | None = None
-        self._desc_val: tuple[list[str], str] = ([], "")
-        self._map_key: bytes | None = None
-        self._map_val = ""
-        self._inv_key: bytes | None = None
-        self._inv_val = ""
+        # caches, keyed on the raw bytes of the arrays they are computed from
+        self._descriptions = _RecentResults(RECENT_SCREENS)
+        self._maps = _RecentResults(RECENT_SCREENS)
+        self._inventories = _RecentResults(1)
 
     # -------------------------------------------------------------- TextEnv properties
     @property
@@ -608,10 +680,8 @@ class NetHackTextEnvBase(TextEnv):
         obs = self._obs
         if obs is None:
             return ""
-        key = obs["inv_letters"].tobytes() + obs["inv_strs"].tobytes()
-        if key != self._inv_key:
-            self._inv_key, self._inv_val = key, render_inventory(obs["inv_letters"], obs["inv_strs"])
-        return self._inv_val
+        letters, strs = obs["inv_letters"], obs["inv_strs"]
+        return self._inventories.get((letters.tobytes(), strs.tobytes()), render_inventory, letters, strs)
 
     @property
     def message(self) -> str:
@@ -654,7 +724,10 @@ class NetHackTextEnvBase(TextEnv):
         parts: list[str] = []
         reward = 0.0
         presses = 0
-        while not (done or truncated) and self._more_index is not None and presses < MAX_MORE_PRESSES:
+        if self._more_index is None or _MORE not in obs["tty_chars"].tobytes():  # the usual case
+            self.more_presses = 0
+            return obs, reward, done, truncated, info, parts
+        while not (done or truncated) and presses < MAX_MORE_PRESSES:
             where = find_more(obs["tty_chars"])
             if where is None:
                 break
@@ -678,19 +751,18 @@ class NetHackTextEnvBase(TextEnv):
         obs = self._obs
         glyphs, blstats, tty = obs["glyphs"], obs["blstats"], obs["tty_chars"]
         x, y = int(blstats[nethack.NLE_BL_X]), int(blstats[nethack.NLE_BL_Y])
-        key = (glyphs.tobytes(), x, y)
-        if key != self._desc_key:
-            rows, cols = glyphs.shape
-            if self.nle.nethack.in_normal_game() and 0 <= x < cols and 0 <= y < rows:
-                self._desc_val = (describe_surroundings(glyphs, x, y), cursor_line(glyphs, x, y))
-            else:  # the game is over: the map is gone and blstats are zero
-                self._desc_val = ([], "The game is over.")
-            self._desc_key = key
-        tty_key = tty.tobytes()
-        if tty_key != self._map_key:
-            self._map_key, self._map_val = tty_key, render_map(tty)
-        description, cursor = self._desc_val
-        return render_observation(self._message, description, cursor, self._map_val)
+        # A finished game has zero blstats (x = 0, a column no running game puts the agent in), so
+        # its key never equals a running game's.
+        description, cursor = self._descriptions.get((glyphs.tobytes(), x, y), self._describe, glyphs, x, y)
+        ascii_map = self._maps.get(tty.tobytes(), render_map, tty)
+        return render_observation(self._message, description, cursor, ascii_map)
+
+    def _describe(self, glyphs: np.ndarray, x: int, y: int) -> tuple[list[str], str]:
+        """The language observation's lines and the cursor line (only the latter once the game is over)."""
+        rows, cols = glyphs.shape
+        if self.nle.nethack.in_normal_game() and 0 <= x < cols and 0 <= y < rows:
+            return describe_surroundings(glyphs, x, y), cursor_line(glyphs, x, y)
+        return [], "The game is over."  # the map is gone and blstats are zero
 
     def _reset_game(self, seed: int | None) -> tuple[str, dict[str, Any]]:
         core, disp = (int(v) for v in self.np_random.integers(0, 2**62, size=2))

@@ -301,8 +301,8 @@ class NLETextEnv(NetHackTextEnvBase):
 
     # -------------------------------------------------------------- game
     def _on_observation(self, reset: bool, reward: float, done: bool, end_status: int) -> None:
-        blstats = self._obs["blstats"]
-        turn = int(blstats[nethack.NLE_BL_TIME])
+        blstats = self._obs["blstats"].tolist()  # Python ints: cheaper to read than numpy scalars
+        turn = blstats[nethack.NLE_BL_TIME]
         if reset:
             self._stuck_steps = 0
             self._max_depth = self._max_xp = 0
@@ -313,7 +313,7 @@ class NLETextEnv(NetHackTextEnvBase):
         else:
             self._stuck_steps = 0
         self._turn = turn
-        depth, xp = int(blstats[nethack.NLE_BL_DEPTH]), int(blstats[nethack.NLE_BL_XP])
+        depth, xp = blstats[nethack.NLE_BL_DEPTH], blstats[nethack.NLE_BL_XP]
         if depth > self._max_depth or xp > self._max_xp:  # the table grows with the level
             self._max_depth = max(self._max_depth, depth)
             self._max_xp = max(self._max_xp, xp)

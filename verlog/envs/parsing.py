@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import lru_cache
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 __all__ = ["extract_action", "action_key"]
 
@@ -59,9 +59,31 @@ def action_key(text: str) -> str:
     return "".join(ch for ch in folded if ch.isalnum())
 
 
+class _ActionTable(NamedTuple):
+    """The matching tables of one action set (built once per set, see :func:`_action_table`)."""
+
+    table: dict[str, str]  # key -> canonical action
+    keys: tuple[str, ...]  # keys, longest first
+    max_len: int  # length of the longest key
+    ascii_prefix: re.Pattern[str]  # the prefix rule of :func:`_match_prefix` on an ASCII window
+
+
+def _ascii_prefix_pattern(keys: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex doing :func:`_match_prefix`'s job on an ASCII window, where NFKC changes nothing and
+    the key of a character is itself lower-cased if alphanumeric, else nothing.
+
+    Alternative ``i`` (group ``i + 1``) is ``keys[i]`` spelled with any non-alphanumeric characters
+    between its letters and followed by a word boundary; alternatives are tried longest key first, as
+    in the generic loop, so the first alternative that matches is the action that loop finds.
+    """
+    between = "[^a-zA-Z0-9]*"
+    alternatives = "|".join(f"({between.join(map(re.escape, key))})" for key in keys)
+    return re.compile(f"(?:{alternatives})(?![a-zA-Z0-9])", re.IGNORECASE | re.ASCII)
+
+
 @lru_cache(maxsize=256)
-def _action_table(valid_actions: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...], int]:
-    """Map key -> canonical action; keys sorted longest first; longest key length.
+def _action_table(valid_actions: tuple[str, ...]) -> _ActionTable:
+    """Map key -> canonical action; keys sorted longest first; longest key length; ASCII matcher.
 
     Raises:
         TypeError: if an action is not a ``str``.
@@ -83,13 +105,18 @@ def _action_table(valid_actions: tuple[str, ...]) -> tuple[dict[str, str], tuple
             )
         table[key] = action
     keys = tuple(sorted(table, key=len, reverse=True))
-    return table, keys, len(keys[0])
+    return _ActionTable(table, keys, len(keys[0]), _ascii_prefix_pattern(keys))
 
 
-def _match_prefix(text: str, table: dict[str, str], keys: tuple[str, ...], max_len: int) -> str | None:
+def _match_prefix(text: str, actions: _ActionTable) -> str | None:
     """Longest valid action whose key is a prefix of ``text``'s key and ends at a word boundary."""
+    table, keys, max_len = actions.table, actions.keys, actions.max_len
     start = _LEADING_DECORATION.match(text).end()
-    window = unicodedata.normalize("NFKC", text[start : start + _WINDOW_FACTOR * max_len + _WINDOW_SLACK])
+    window = text[start : start + _WINDOW_FACTOR * max_len + _WINDOW_SLACK]
+    if window.isascii():  # the common case, in one regex match
+        found = actions.ascii_prefix.match(window)
+        return table[keys[found.lastindex - 1]] if found else None
+    window = unicodedata.normalize("NFKC", window)
     # Build the key of the window, remembering after which window character each key character ends.
     key_chars: list[str] = []
     key_end: list[int] = []  # key_end[k] = index in `window` just after the char giving key char k
@@ -132,14 +159,14 @@ def extract_action(reply: str, valid_actions: Sequence[str]) -> str | None:
         raise TypeError(f"reply must be a str, got {type(reply).__name__}")
     if isinstance(valid_actions, str):
         raise TypeError("valid_actions must be a sequence of action strings, not a single str")
-    table, keys, max_len = _action_table(tuple(valid_actions))
+    actions = _action_table(tuple(valid_actions))
     last = None
     for last in _MARKER.finditer(reply):
         pass
     if last is not None:
-        return _match_prefix(reply[last.end() :], table, keys, max_len)
+        return _match_prefix(reply[last.end() :], actions)
     # No marker: the whole reply must be one action. Cheap length guard before normalising.
     reply = reply.strip()
-    if len(reply) > _WINDOW_FACTOR * max_len + _WINDOW_SLACK:
+    if len(reply) > _WINDOW_FACTOR * actions.max_len + _WINDOW_SLACK:
         return None
-    return table.get(action_key(reply))
+    return actions.table.get(action_key(reply))

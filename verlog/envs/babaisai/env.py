@@ -36,6 +36,8 @@ board as bytes (for GiGPO's state grouping).
 
 from __future__ import annotations
 
+import functools
+from itertools import compress
 from typing import Any
 
 from verlog.envs.babaisai.levels import BABAISAI_LEVELS, generate_level
@@ -67,7 +69,10 @@ LOST_NOTICE = "Nothing is YOU any more: you lost."
 
 _OFFSETS: dict[tuple[int, int], str] = {}
 _NAMES: dict[int, str] = {}
-_LINES: dict[tuple[int, int, int], str] = {}  # (code, dx, dy) -> line
+#: (code, dx, dy) -> the object's line, newline first (``"\nkey 1 step to the right"``).
+_LINES: dict[tuple[int, int, int], str] = {}
+#: (board width, cell count) -> ``(x, y)`` of every cell index.
+_COORDS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
 
 
 def _steps(n: int) -> str:
@@ -99,6 +104,28 @@ def _name(code: int) -> str:
     return name
 
 
+def _object_line(code: int, dx: int, dy: int) -> str:
+    """``"\\n<name> <offset>"`` of item ``code`` at ``(dx, dy)`` from the player (cached)."""
+    line = _LINES.get((code, dx, dy))
+    if line is None:
+        line = _LINES[(code, dx, dy)] = f"\n{_name(code)} {offset_text(dx, dy)}"
+    return line
+
+
+def _cell_coords(width: int, size: int) -> tuple[tuple[int, int], ...]:
+    """``(x, y)`` of each of the ``size`` cell indices of a board ``width`` cells wide (cached)."""
+    coords = _COORDS.get((width, size))
+    if coords is None:
+        coords = _COORDS[(width, size)] = tuple((idx % width, idx // width) for idx in range(size))
+    return coords
+
+
+@functools.lru_cache(maxsize=1024)
+def _rules_header(rules: tuple[tuple[str, str], ...]) -> str:
+    """The observation up to ``Objects on the map:`` for these rules (rules change rarely: cached)."""
+    return "\n".join(["Active rules:", *(f"{a} is {b}" for a, b in rules), "", "Objects on the map:"])
+
+
 def describe_game(game: BabaGame, anchor: tuple[int, int] | None = None) -> str:
     """The observation text of ``game`` (see the module docstring).
 
@@ -114,33 +141,26 @@ def describe_game(game: BabaGame, anchor: tuple[int, int] | None = None) -> str:
     player = game.player()
     if player is None:
         px, py = anchor if anchor is not None else (1, 1)
-        skip_idx, skip_code = -1, -1
+        player_idx = player_code = -1
     else:
-        px, py, skip_code = player
-        skip_idx = py * game.width + px
-    width = game.width
-    lines = ["Active rules:"]
-    lines.extend(f"{a} is {b}" for a, b in game.rules)
-    lines.append("")
-    lines.append("Objects on the map:")
-    cache = _LINES
-    for idx, cell in enumerate(game.cells):
-        if not cell:
-            continue
-        dx, dy = idx % width - px, idx // width - py
-        pending_skip = idx == skip_idx  # the player itself is not listed (once: a twin may share its cell)
+        px, py, player_code = player
+        player_idx = py * game.width + px
+    cells = game.cells
+    coords = _cell_coords(game.width, len(cells))
+    parts = [_rules_header(game.rules)]
+    append, lines = parts.append, _LINES
+    # Only the non-empty cells, in row-major order (compress skips the empty tuples at C speed).
+    for idx in compress(range(len(cells)), cells):
+        x, y = coords[idx]
+        dx, dy = x - px, y - py
+        cell = cells[idx]
+        if idx == player_idx:  # the player itself is not listed (once: a twin may share its cell)
+            cell = list(cell)
+            cell.remove(player_code)
         for code in cell:
-            if pending_skip and code == skip_code:
-                pending_skip = False
-                continue
-            key = (code, dx, dy)
-            line = cache.get(key)
-            if line is None:
-                line = cache[key] = f"{_name(code)} {offset_text(dx, dy)}"
-            lines.append(line)
-    if player is None:
-        lines.insert(0, LOST_NOTICE)
-    return "\n".join(lines)
+            append(lines.get((code, dx, dy)) or _object_line(code, dx, dy))
+    text = "".join(parts)
+    return text if player is not None else f"{LOST_NOTICE}\n{text}"
 
 
 def build_instruction() -> str:
