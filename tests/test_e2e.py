@@ -167,3 +167,31 @@ def test_tiny_recipe_trains_on_a_non_babyai_env(tmp_path, task):
     assert sum(r["episodes"] for r in rows) >= 4  # 12 turns per env: the 8-step limit ends every env's episode
     ev = json.loads((tmp_path / "other" / "eval.json").read_text())
     assert ev["task"] == task and ev["episodes"] == 3
+
+
+@pytest.mark.parametrize("recipe", ["balrog", "crafter"])
+def test_gpu_recipes_stop_at_once_without_gpus(recipe):
+    import time
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA GPUs")
+    tic = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", recipe],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("[")]
+    assert len(lines) == 1 and "GPUs per node" in lines[0] and "this machine has 0" in lines[0]
+    assert load_recipe(recipe).gpus_per_node >= 4
+    assert time.perf_counter() - tic < 120  # before any model, env or process group
+
+
+def test_token_budget_micro_batches_and_gradient_checkpointing(tmp_path):
+    by_rows = short_run(tmp_path, "rows")
+    by_tokens = short_run(tmp_path, "tokens", "ppo.micro_batch_tokens=400", "ppo.gradient_checkpointing=true")
+    ppo = lambda rows: [r for r in rows if r["phase"] == "ppo"]  # noqa: E731
+    assert all(0.0 <= r["update/padding_fraction"] < 1.0 for r in by_rows + by_tokens)
+    # the same batches (identical first update inputs); length-sorted packing pads no more than row order
+    assert by_rows[0]["rollout/reward_mean"] == by_tokens[0]["rollout/reward_mean"]
+    assert ppo(by_tokens)[0]["update/padding_fraction"] <= ppo(by_rows)[0]["update/padding_fraction"] + 1e-9

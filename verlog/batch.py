@@ -20,7 +20,15 @@ truncated             [T, N]       bool   the episode was cut by a time limit af
 episode_ids           [T, N]       long   global id of the episode the turn belongs to
 action_valid          [T, N]       bool   the reply parsed to a valid action
 cut_at_max_tokens     [T, N]       bool   the reply hit ``max_response_tokens`` (finish reason "length")
+turn_mask             [T, N]       bool   the turn exists (``None``: all do; see whole-episode batches)
+group_ids             [T, N]       long   episode group of the turn (``None`` outside group rollouts)
+state_ids             [T, N]       long   id of the exact state the turn acted in (``None``: not recorded)
 ====================  ===========  =====  ==========================================================
+
+Whole-episode batches (:class:`~verlog.rollout.episodes.EpisodeCollector`) hold one complete
+episode per env: T is the longest episode, turns past an episode's end are padding with
+``turn_mask`` False (prompt of one ``pad_id``, empty response mask, zero reward), and no turn
+needs a bootstrap value.
 
 ``bootstrap_prompts`` maps ``(t, n)`` to the prompt of the observation that followed turn t, for
 every turn whose value chain cannot continue inside the batch: the last turn t = T-1 of each env
@@ -60,6 +68,9 @@ class TurnBatch:
     cut_at_max_tokens: torch.Tensor
     pad_id: int
     bootstrap_prompts: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    turn_mask: Optional[torch.Tensor] = None
+    group_ids: Optional[torch.Tensor] = None
+    state_ids: Optional[torch.Tensor] = None
     old_logprobs: Optional[torch.Tensor] = None
     ref_logprobs: Optional[torch.Tensor] = None
     values: Optional[torch.Tensor] = None
@@ -77,6 +88,18 @@ class TurnBatch:
     def num_envs(self) -> int:
         """N: environments."""
         return int(self.rewards.shape[1])
+
+    @property
+    def turns(self) -> torch.Tensor:
+        """[T, N] bool: the turns that exist (all of them unless ``turn_mask`` says otherwise)."""
+        if self.turn_mask is None:
+            return torch.ones_like(self.terminated)
+        return self.turn_mask
+
+    @property
+    def num_real_turns(self) -> int:
+        """How many turns exist (T x N unless some are padding)."""
+        return int(self.turns.sum())
 
     @property
     def response_lengths(self) -> torch.Tensor:
@@ -98,12 +121,18 @@ class TurnBatch:
         *,
         pad_id: int,
         max_response_tokens: int,
+        turn_mask: list[list[bool]] | None = None,
+        group_ids: list[list[int]] | None = None,
+        state_ids: list[list[int]] | None = None,
     ) -> "TurnBatch":
         """Pack nested ``[t][n]`` Python lists into padded tensors.
 
+        Where ``turn_mask[t][n]`` is False the turn is padding: its prompt and response lists must be
+        empty, and it becomes a one-``pad_id`` prompt with an all-False response mask.
+
         Raises:
-            ValueError: ragged outer dimensions, an empty prompt or response, or a response longer
-                than ``max_response_tokens``.
+            ValueError: ragged outer dimensions, an empty prompt or response of a real turn, a
+                non-empty one of a padding turn, or a response longer than ``max_response_tokens``.
         """
         T, N = len(prompts), len(prompts[0]) if prompts else 0
         if T == 0 or N == 0:
@@ -111,7 +140,8 @@ class TurnBatch:
         for name, seq in (("responses", responses), ("logprobs", logprobs), ("rewards", rewards)):
             if len(seq) != T or any(len(row) != N for row in seq):
                 raise ValueError(f"TurnBatch: {name} is not [{T}][{N}]")
-        P = max(len(p) for row in prompts for p in row)
+        real = turn_mask if turn_mask is not None else [[True] * N for _ in range(T)]
+        P = max(1, max(len(p) for row in prompts for p in row))
         R = max_response_tokens
         prompt_ids = torch.full((T, N, P), pad_id, dtype=torch.long)
         response_ids = torch.full((T, N, R), pad_id, dtype=torch.long)
@@ -121,6 +151,11 @@ class TurnBatch:
         for t in range(T):
             for n in range(N):
                 p, r = prompts[t][n], responses[t][n]
+                if not real[t][n]:
+                    if p or r:
+                        raise ValueError(f"TurnBatch: padding turn ({t}, {n}) has a prompt or response")
+                    prompt_lengths[t, n] = 1
+                    continue
                 if not p or not r:
                     raise ValueError(f"TurnBatch: turn ({t}, {n}) has an empty prompt or response")
                 if len(r) > R or len(logprobs[t][n]) != len(r):
@@ -145,6 +180,58 @@ class TurnBatch:
             cut_at_max_tokens=torch.tensor(cut_at_max_tokens, dtype=torch.bool),
             pad_id=pad_id,
             bootstrap_prompts=dict(bootstrap_prompts),
+            turn_mask=torch.tensor(turn_mask, dtype=torch.bool) if turn_mask is not None else None,
+            group_ids=torch.tensor(group_ids, dtype=torch.long) if group_ids is not None else None,
+            state_ids=torch.tensor(state_ids, dtype=torch.long) if state_ids is not None else None,
+        )
+
+    @staticmethod
+    def concat_envs(batches: list["TurnBatch"]) -> "TurnBatch":
+        """Join whole-episode batches side by side (env axis), padding turns and prompts.
+
+        Only unscored batches without bootstrap prompts (whole-episode batches) can be joined;
+        ``group_ids`` and ``episode_ids`` must already be distinct between the batches.
+
+        Raises:
+            ValueError: no batch, a scored batch, bootstrap prompts, different pad ids or response
+                widths, or ``group_ids``/``state_ids`` present in some batches only.
+        """
+        if not batches:
+            raise ValueError("concat_envs: no batch")
+        first = batches[0]
+        for b in batches:
+            if b.old_logprobs is not None or b.bootstrap_prompts:
+                raise ValueError("concat_envs: only unscored whole-episode batches can be joined")
+            if b.pad_id != first.pad_id or b.response_ids.shape[2] != first.response_ids.shape[2]:
+                raise ValueError("concat_envs: batches differ in pad_id or response width")
+            for name in ("group_ids", "state_ids"):
+                if (getattr(b, name) is None) != (getattr(first, name) is None):
+                    raise ValueError(f"concat_envs: {name} present in some batches only")
+        T = max(b.num_turns for b in batches)
+        P = max(b.prompt_ids.shape[2] for b in batches)
+
+        def join(name: str, fill: float | bool | int) -> torch.Tensor | None:
+            parts = [getattr(b, name) if name != "turn_mask" else b.turns for b in batches]
+            if parts[0] is None:
+                return None
+            out = []
+            for x in parts:
+                pad = [0, 0] * (x.dim() - 1) + [0, T - x.shape[0]]
+                if name == "prompt_ids":
+                    pad[0:2] = [0, P - x.shape[2]]
+                out.append(torch.nn.functional.pad(x, pad, value=fill))
+            return torch.cat(out, dim=1)
+
+        pad_id = first.pad_id
+        prompt_lengths = join("prompt_lengths", 1)
+        return TurnBatch(
+            prompt_ids=join("prompt_ids", pad_id), prompt_lengths=prompt_lengths,
+            response_ids=join("response_ids", pad_id), response_mask=join("response_mask", False),
+            behaviour_logprobs=join("behaviour_logprobs", 0.0), rewards=join("rewards", 0.0),
+            terminated=join("terminated", False), truncated=join("truncated", False),
+            episode_ids=join("episode_ids", -1), action_valid=join("action_valid", True),
+            cut_at_max_tokens=join("cut_at_max_tokens", False), pad_id=pad_id,
+            turn_mask=join("turn_mask", False), group_ids=join("group_ids", -1), state_ids=join("state_ids", 0),
         )
 
     def save(self, path: Path) -> None:

@@ -3,12 +3,34 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable
 
 from verlog.config import MemoryConfig, RolloutConfig, TrainConfig
 from verlog.evaluate import EvalResult, evaluate
 from verlog.memory import WindowMemory
+from verlog.models import build_tiny_model
 from verlog.rollout.engine import RolloutEngine, SamplingParams
+from verlog.warmup import env_corpus
+
+
+def tiny_model_dir(cfg: TrainConfig) -> Path:
+    """Where ``model.path=tiny`` keeps the tiny model of ``cfg.env.task`` (under ``model.cache_dir``)."""
+    return Path(cfg.model.cache_dir) / f"tiny-{cfg.env.task.replace('/', '-')}"
+
+
+def build_tiny_for(cfg: TrainConfig) -> Path:
+    """Build (or reuse, see :func:`~verlog.models.build_tiny_model`) the tiny model of ``cfg``: its
+    tokenizer is trained on ``model.tiny.corpus_episodes`` random-play episodes of ``cfg.env.task``.
+
+    Returns:
+        :func:`tiny_model_dir` of ``cfg``.
+    """
+    tiny = cfg.model.tiny
+    corpus = env_corpus(cfg.env.task, episodes=tiny.corpus_episodes, seed=tiny.seed, env_kwargs=cfg.env.env_kwargs())
+    return build_tiny_model(tiny_model_dir(cfg), corpus, seed=tiny.seed, vocab_size=tiny.vocab_size,
+                            hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
+                            num_kv_heads=tiny.num_kv_heads, intermediate_size=tiny.intermediate_size)
 
 
 def memory_factory(memory: MemoryConfig, tokenizer: Any) -> Callable[[], WindowMemory]:

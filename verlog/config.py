@@ -12,7 +12,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -59,6 +59,11 @@ class ModelConfig:
     dtype: str = _f("float32", "parameter dtype: float32 or bfloat16")
     value_head_init_std: float = _f(0.0, "std of the fresh value head's init (0 = zeros)")
     cache_dir: str = _f(".cache/verlog", "where built tiny models are cached")
+    lora_rank: int = _f(0, "LoRA rank r of the actor's and critic's adapters (0: train all weights)")
+    lora_alpha: float = _f(32.0, "LoRA alpha (the adapter's scale is alpha / r)")
+    lora_dropout: float = _f(0.0, "dropout on the LoRA adapters' input")
+    lora_target_modules: List[str] = _f(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                                        "linear layers that get adapters")
     tiny: TinyModelConfig = _sub(TinyModelConfig, "tiny model shape (used when path = 'tiny')")
 
 
@@ -147,6 +152,7 @@ class AlgoConfig:
         "token-mean", "policy-loss aggregation: token-mean, seq-mean-token-mean or seq-mean-token-sum (gspo: seq-mean-token-mean)"
     )
     dynamic_sampling: bool = _f(False, "DAPO: drop groups whose episode returns are all equal (no learning signal)")
+    max_refills: int = _f(3, "DAPO dynamic sampling: extra rounds collected per iteration at most, to replace dropped groups")
     overlong_penalty: bool = _f(False, "DAPO soft overlong penalty on a turn's reward by its response length")
     overlong_cache_tokens: int = _f(8, "DAPO L_cache: the penalty ramps from 0 to -factor over the last L_cache of rollout.max_response_tokens")
     overlong_penalty_factor: float = _f(1.0, "DAPO: size of the overlong penalty at full length")
@@ -162,6 +168,9 @@ class PPOConfig:
     epochs: int = _f(1, "passes over each batch")
     minibatches: int = _f(2, "optimizer steps per epoch (the batch is split into this many minibatches)")
     micro_batch_size: int = _f(16, "turns per forward/backward pass (gradient accumulation inside a minibatch)")
+    micro_batch_tokens: int = _f(0, "token budget per forward/backward pass instead: length-sorted rows, rows x "
+                                 "longest row <= this (0: micro_batch_size rows)")
+    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (less memory, ~30% more time)")
     clip_low: float = _f(0.2, "ratio clip below: 1 - clip_low")
     clip_high: float = _f(0.2, "ratio clip above: 1 + clip_high (asymmetric 'clip-higher' when > clip_low)")
     dual_clip: Optional[float] = _f(3.0, "dual-clip constant c > 1 for negative advantages (None: off)")
@@ -229,6 +238,9 @@ class TrainConfig:
     seed: int = _f(0, "seed of everything (python, numpy, torch, envs)")
     iterations: int = _f(100, "PPO iterations (critic warm-up iterations included)")
     threads: int = _f(1, "torch intra-op threads per process")
+    gpus_per_node: int = _f(0, "CUDA GPUs the recipe needs on each node (0: runs on the CPU); with fewer, the run "
+                            "stops at once with one line")
+    turn_budget: int = _f(0, "stop after the iteration in which the run's total turns (all ranks) reach this (0: off)")
     checkpoint_every: int = _f(0, "write a checkpoint every k iterations (0: only at the end)")
     resume: Optional[str] = _f(None, "run directory to resume from (its newest checkpoint)")
     model: ModelConfig = _sub(ModelConfig, "actor/critic weights")
@@ -266,6 +278,8 @@ _POSITIVE = (
 )
 _NON_NEGATIVE = (
     "memory.history_turns", "ppo.critic_warmup_iterations", "ppo.max_skipped_steps", "format_warmup.steps", "checkpoint_every",
+    "turn_budget", "algo.max_refills", "gpus_per_node", "model.lora_rank", "model.lora_dropout",
+    "ppo.micro_batch_tokens",
     "eval.every", "ppo.entropy_coef", "ppo.kl_coef", "ppo.clip_low", "ppo.clip_high", "rollout.temperature",
     "ppo.weight_decay", "ppo.value_coef", "seed", "eval.seed", "model.tiny.seed", "format_warmup.episodes",
     "rollout.vllm_cpu_kv_cache_gb", "model.value_head_init_std", "algo.gigpo_omega", "algo.overlong_penalty_factor",
@@ -331,7 +345,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             f"ppo.minibatches: the batch of {turns} turns (rollout.turns_per_env x env.num_envs) "
             f"is not divisible by {cfg.ppo.minibatches}"
         )
-    if cfg.ppo.critic_warmup_iterations >= cfg.iterations:
+    if cfg.algo.algorithm == "ppo" and cfg.ppo.critic_warmup_iterations >= cfg.iterations:
         raise ConfigError(
             f"ppo.critic_warmup_iterations: {cfg.ppo.critic_warmup_iterations} leaves no policy update "
             f"in {cfg.iterations} iterations"
@@ -341,6 +355,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                           f"got {cfg.env.step_timeout_s}")
     if cfg.env.max_steps is not None and cfg.env.max_steps <= 0:
         raise ConfigError(f"env.max_steps: expected a positive number or null, got {cfg.env.max_steps}")
+    if cfg.model.lora_rank and cfg.deepspeed.zero_stage == 3:
+        raise ConfigError("model.lora_rank: LoRA is not supported with deepspeed.zero_stage=3 yet (use 0-2: the "
+                          "adapters are small, so ZeRO-3's parameter partitioning gains little)")
     _validate_algo(cfg)
     return cfg
 
@@ -390,8 +407,14 @@ def resolve_recipe(recipe: str) -> Path:
     return candidate
 
 
+#: short override names: ``algorithm=grpo`` is ``algo.algorithm=grpo``
+ALIASES = {"algorithm": "algo.algorithm"}
+
+
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     """Turn ``["a.b=1", "c=x"]`` into ``{"a.b": 1, "c": "x"}`` (values parsed as YAML scalars).
+
+    Short names in :data:`ALIASES` are expanded (``algorithm=grpo`` -> ``algo.algorithm``).
 
     Raises:
         ConfigError: an item is not of the form ``key=value``.
@@ -399,7 +422,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
-        key = key.strip()
+        key = ALIASES.get(key.strip(), key.strip())
         if not sep or not key or any(not part.isidentifier() for part in key.split(".")):
             raise ConfigError(f"{item}: expected an override of the form key=value (e.g. ppo.actor_lr=1e-5)")
         if raw.strip() in ("None", "none", "null", "~", ""):

@@ -67,11 +67,39 @@ def device() -> torch.device:
     return torch.device("cpu")
 
 
+def require_gpus(count: int, what: str) -> None:
+    """Stop before any work when this node has fewer than ``count`` CUDA GPUs.
+
+    Raises:
+        RuntimeError: one line naming ``what`` (e.g. the recipe), the GPUs it needs and those found.
+    """
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found < count:
+        raise RuntimeError(f"{what} needs {count} CUDA GPU{'s' if count != 1 else ''} per node (see the recipe's "
+                           f"header for GPU memory); this machine has {found}")
+
+
 def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
     """Sum a tensor over data-parallel ranks (identity in a world of one). Returns a new tensor."""
     out = x.clone()
     if world_size() > 1:
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return out
+
+
+def all_reduce_min(x: torch.Tensor) -> torch.Tensor:
+    """Element-wise minimum over data-parallel ranks (identity in a world of one). Returns a new tensor."""
+    out = x.clone()
+    if world_size() > 1:
+        dist.all_reduce(out, op=dist.ReduceOp.MIN)
+    return out
+
+
+def all_reduce_max(x: torch.Tensor) -> torch.Tensor:
+    """Element-wise maximum over data-parallel ranks (identity in a world of one). Returns a new tensor."""
+    out = x.clone()
+    if world_size() > 1:
+        dist.all_reduce(out, op=dist.ReduceOp.MAX)
     return out
 
 

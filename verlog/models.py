@@ -35,6 +35,7 @@ __all__ = [
     "ModelLoadError",
     "SPECIAL_TOKENS",
     "CHATML_TEMPLATE",
+    "PLAIN_CHATML_TEMPLATE",
     "build_tiny_model",
     "load_tokenizer",
     "load_actor",
@@ -49,12 +50,55 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>")
 """Special tokens of the tiny model, in id order 0..3. eos = ``<|im_end|>``, pad = ``<pad>``."""
 
 CHATML_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\n' }}"
+    "{%- if messages and messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\n\n' }}{%- endif %}"
+    "{{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if tools and loop.first and message['role'] == 'system' %}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\n<tool_response>\n' + message['content'] + '\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}"
+    "{%- elif message['role'] == 'assistant' and message.get('tool_calls') %}"
+    "{{- '<|im_start|>assistant\n' + (message['content'] or '') }}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- set fn = call['function'] if call.get('function') else call %}"
+    "{%- if message['content'] or not loop.first %}{{- '\n' }}{%- endif %}"
+    "{{- '<tool_call>\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' }}"
+    "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}{%- else %}{{- fn['arguments'] | tojson }}{%- endif %}"
+    "{{- '}\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
+"""ChatML (the Qwen chat format) without a default system prompt, tool-aware like Qwen2.5's.
+
+Without ``tools`` and without ``tool`` messages or assistant ``tool_calls`` it renders exactly plain
+ChatML (``PLAIN_CHATML_TEMPLATE``, byte for byte). With a ``tools`` list (OpenAI function entries) the
+first block is a system message holding the given system text (if the first message is a system one)
+followed by the Hermes tool instructions and the tools as JSON lines in ``<tools></tools>``. A run of
+``tool`` messages becomes one ``user`` block of ``<tool_response>`` elements; an assistant message with
+``tool_calls`` is followed by one ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` per call.
+"""
+
+PLAIN_CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-"""ChatML (the Qwen chat format) without a default system prompt."""
+"""The plain ChatML template the tiny model used before tools (kept to test byte-identity)."""
 
 _MANIFEST = "verlog_tiny_model.json"
 _MANIFEST_FORMAT = "verlog-tiny-model/1"
@@ -150,7 +194,8 @@ def build_tiny_model(
     symbols + 4 special tokens).
 
     The directory is written atomically: built in a hidden temporary directory next to
-    ``out_dir``, then renamed. A manifest (``verlog_tiny_model.json``: the arguments and a
+    ``out_dir``, then renamed. A manifest (``verlog_tiny_model.json``: the arguments, the chat
+    template's SHA-256 and a
     SHA-256 of the corpus) is stored with it; if ``out_dir`` already holds a tiny model with
     the same manifest it is returned as is. A tiny model built with other arguments is
     replaced; any other non-empty directory is never touched.
@@ -195,7 +240,8 @@ def build_tiny_model(
         raise ValueError(f"build_tiny_model: head dim {hidden_size // num_heads} must be even (RoPE)")
 
     manifest = {"format": _MANIFEST_FORMAT, "args": {"seed": seed, **sizes},
-                "corpus_sha256": _corpus_sha256(texts)}
+                "corpus_sha256": _corpus_sha256(texts),
+                "chat_template_sha256": hashlib.sha256(CHATML_TEMPLATE.encode()).hexdigest()}
     if out_dir.exists():
         existing = _read_manifest(out_dir)
         if existing == manifest:
@@ -324,6 +370,8 @@ def is_critic_dir(path: str | os.PathLike) -> bool:
 def load_actor(path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
     """Load a causal LM (``AutoModelForCausalLM``) with every weight from the checkpoint.
 
+    A LoRA checkpoint directory (an adapter, :mod:`verlog.lora`) gives its base with the adapter merged.
+
     Args:
         path: model directory or hub id.
         dtype: parameter dtype.
@@ -335,6 +383,15 @@ def load_actor(path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> P
         ModelLoadError: missing path / not a model directory / load failure (one line),
             a saved critic given as actor, or checkpoint weights missing from the file.
     """
+    from verlog.lora import is_adapter_dir, load_adapter_dir
+
+    if is_adapter_dir(path):  # a LoRA checkpoint: its base plus the adapter, merged
+        try:
+            return load_adapter_dir(path, lambda base, dt: load_actor(base, dtype=dt), dtype)
+        except ModelLoadError:
+            raise
+        except Exception as exc:
+            raise ModelLoadError(f"cannot load adapter '{path}': {_short(exc)}") from exc
     name = _check_local(path, "model", "config.json")
     config = _load_config(name)
     if any(a.endswith("ForTokenClassification") for a in (config.architectures or [])):

@@ -20,7 +20,7 @@ import random
 import shutil
 import time
 from collections import deque
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +28,27 @@ import numpy as np
 import torch
 
 from verlog import distributed as D
+from verlog.algos.critic_free import critic_free_advantages, dynamic_sampling_keep
 from verlog.algos.gae import dual_discount_gae
-from verlog.algos.losses import kl_penalty, ppo_policy_loss, value_loss
+from verlog.algos.losses import gspo_policy_loss, kl_penalty, overlong_penalty, ppo_policy_loss, value_loss
 from verlog.algos.rewards import token_rewards
 from verlog.algos.stats import explained_variance, masked_whiten
 from verlog.batch import TurnBatch
-from verlog.config import AlgoConfig, ConfigError, TrainConfig, save_config, to_dict
+from verlog.config import ConfigError, TrainConfig, save_config, to_dict
+from verlog.envs.registry import make_env
 from verlog.envs.vector import make_vector_env
-from verlog.builders import decoder, evaluate_config, memory_factory, sampling_params
+from verlog.builders import (build_tiny_for, decoder, evaluate_config, memory_factory, sampling_params,
+                             tiny_model_dir)
 from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
+from verlog.lora import add_lora, merged_named_parameters
+from verlog.microbatch import MicroBatches, by_row_count, by_token_budget
 from verlog.resume import StopSignals, load_rng_states, save_rng_states, truncate_metrics
-from verlog.models import build_tiny_model, load_actor, load_critic, load_tokenizer
+from verlog.models import load_actor, load_critic, load_tokenizer
 from verlog.rollout.collector import CollectStats, FixedTurnCollector
+from verlog.rollout.episodes import EpisodeCollector
 from verlog.scoring import Rows, batched, critic_outputs, pack_prompts, pack_rows, policy_outputs
-from verlog.warmup import collect_prompts, env_corpus, format_warmup
+from verlog.warmup import collect_prompts, format_warmup
 
 CHECKPOINT_MARKER = "COMPLETE"
 
@@ -74,8 +80,14 @@ class Trainer:
     """
 
     def __init__(self, cfg: TrainConfig) -> None:
-        _check_trainable_algo(cfg)
         self.cfg = cfg
+        try:
+            D.require_gpus(cfg.gpus_per_node, f"recipe {cfg.name}")
+        except RuntimeError as err:
+            raise ConfigError(f"gpus_per_node: {err}") from None
+        self.critic_free = cfg.algo.algorithm != "ppo"
+        if cfg.algo.algorithm == "gigpo":
+            _check_state_keys(cfg)
         if cfg.model.path != "tiny":
             load_tokenizer(cfg.model.path)  # fail fast, with one line, before any process group exists
         D.init_distributed()
@@ -113,33 +125,52 @@ class Trainer:
             actor_path = initial_path
             critic_path = cfg.model.critic_path or actor_path
         dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
+        self.lora = cfg.model.lora_rank > 0
+        if self.lora:  # adapters on the initial weights; a resume restores them from the DeepSpeed checkpoint
+            actor_path, critic_path = initial_path, cfg.model.critic_path or initial_path
 
         n_micro = math.ceil(self.turns_per_batch // cfg.ppo.minibatches / cfg.ppo.micro_batch_size)
         ds = dict(zero_stage=cfg.deepspeed.zero_stage, micro_batch_size=cfg.ppo.micro_batch_size,
                   grad_accum_steps=n_micro, max_grad_norm=cfg.ppo.max_grad_norm, bf16=cfg.deepspeed.bf16)
-        actor = load_actor(actor_path, dtype=dtype)
-        critic = load_critic(critic_path, dtype=dtype, value_head_init_std=cfg.model.value_head_init_std)
+        actor = self._with_lora(load_actor(actor_path, dtype=dtype), actor_path, critic=False)
+        if cfg.ppo.gradient_checkpointing:
+            actor.gradient_checkpointing_enable()
         self.actor = D.make_engine(actor, lr=cfg.ppo.actor_lr, weight_decay=cfg.ppo.weight_decay,
                                    config=D.ds_config(**ds))
-        self.critic = D.make_engine(critic, lr=cfg.ppo.critic_lr, weight_decay=cfg.ppo.weight_decay,
-                                    config=D.ds_config(**ds))
+        self.critic = None  # the critic-free algorithms train no critic
+        if not self.critic_free:
+            critic = load_critic(critic_path, dtype=dtype, value_head_init_std=cfg.model.value_head_init_std)
+            critic = self._with_lora(critic, critic_path, critic=True)
+            if cfg.ppo.gradient_checkpointing:
+                critic.gradient_checkpointing_enable()
+            self.critic = D.make_engine(critic, lr=cfg.ppo.critic_lr, weight_decay=cfg.ppo.weight_decay,
+                                        config=D.ds_config(**ds))
         if resume_from is not None:
-            self.actor.load_checkpoint(str(resume_from / "ds"), tag="actor")
-            self.critic.load_checkpoint(str(resume_from / "ds"), tag="critic")
-        self.ref = None
-        if cfg.ppo.kl_coef > 0:
+            for name, engine in self._engines().items():
+                engine.load_checkpoint(str(resume_from / "ds"), tag=name)
+        self.ref = None  # with LoRA the reference is the actor with its adapter disabled
+        if cfg.ppo.kl_coef > 0 and not self.lora:
             self.ref = load_actor(initial_path, dtype=dtype).to(D.device()).eval().requires_grad_(False)
 
         self.engine = self._make_rollout_engine(actor_path)
+        if self.lora and resume_from is not None:
+            self.sync_weights()  # the engine started from the base weights
         self.sampling = sampling_params(cfg.rollout)
         # A resumed run re-creates the interrupted run's in-flight episodes (load_resume_state).
         env_seed = cfg.seed * 100_003 + self.rank * 1009
+        state_keys = cfg.algo.algorithm == "gigpo"
         self.venv = make_vector_env(cfg.env.task, cfg.env.num_envs, seed=env_seed, mode=cfg.env.vector_mode,
                                     env_kwargs=self.env_kwargs, step_timeout_s=cfg.env.step_timeout_s,
-                                    restart_attempts=cfg.env.restart_attempts)
-        self.collector = FixedTurnCollector(
-            self.venv, [self.make_memory() for _ in range(cfg.env.num_envs)], self.engine, self.decode,
-            self.sampling, cfg.rollout.turns_per_env, self.pad_id, seed=env_seed)
+                                    restart_attempts=cfg.env.restart_attempts, state_keys=state_keys)
+        memories = [self.make_memory() for _ in range(cfg.env.num_envs)]
+        self.collector: FixedTurnCollector | EpisodeCollector
+        if self.critic_free:  # whole episodes in groups sharing a start state
+            self.collector = EpisodeCollector(self.venv, memories, self.engine, self.decode, self.sampling,
+                                              self.pad_id, seed=env_seed, group_size=cfg.algo.group_size,
+                                              state_keys=state_keys)
+        else:
+            self.collector = FixedTurnCollector(self.venv, memories, self.engine, self.decode, self.sampling,
+                                                cfg.rollout.turns_per_env, self.pad_id, seed=env_seed)
         self._recent_success: deque[float] = deque(maxlen=100)
         self._turns_done = self.start_iteration * self.turns_per_batch * self.world
         self._update_rng = torch.Generator().manual_seed(cfg.seed + 7 * self.rank)
@@ -148,6 +179,18 @@ class Trainer:
         self.stop_signals = StopSignals()  # SIGINT/SIGTERM during train(): stop after the iteration
         if resume_from is not None:
             self._load_resume_state(resume_from)
+
+    def _with_lora(self, model: torch.nn.Module, base_path: str | Path, *, critic: bool) -> torch.nn.Module:
+        """``model`` with LoRA adapters when ``model.lora_rank`` > 0 (:func:`verlog.lora.add_lora`), else itself."""
+        m = self.cfg.model
+        if not self.lora:
+            return model
+        return add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout,
+                        target_modules=m.lora_target_modules, base_path=base_path, critic=critic)
+
+    def _engines(self) -> dict[str, Any]:
+        """The DeepSpeed engines by checkpoint tag: the actor, and the critic where there is one."""
+        return {"actor": self.actor, **({"critic": self.critic} if self.critic is not None else {})}
 
     # ------------------------------------------------------------------ exact resume
     def _rank_state(self) -> dict[str, Any]:
@@ -191,16 +234,10 @@ class Trainer:
         cfg = self.cfg
         if cfg.model.path != "tiny":
             return cfg.model.path
-        tiny = cfg.model.tiny
-        out = Path(cfg.model.cache_dir) / f"tiny-{cfg.env.task.replace('/', '-')}"
         if D.is_main():
-            corpus = env_corpus(cfg.env.task, episodes=tiny.corpus_episodes, seed=tiny.seed,
-                                env_kwargs=self.env_kwargs)
-            build_tiny_model(out, corpus, seed=tiny.seed, vocab_size=tiny.vocab_size,
-                             hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
-                             num_kv_heads=tiny.num_kv_heads, intermediate_size=tiny.intermediate_size)
+            build_tiny_for(cfg)
         self._barrier()
-        return out
+        return tiny_model_dir(cfg)
 
     def _format_warmup(self, base_path: str | Path, out: Path) -> None:
         """Teach the reply format to the base model and save the result to ``out`` (rank 0)."""
@@ -245,18 +282,35 @@ class Trainer:
 
     # ------------------------------------------------------------------ one iteration
     def score(self, batch: TurnBatch) -> Rows:
-        """Fill old logprobs, reference logprobs, values and bootstrap values; return the rows."""
+        """Fill old logprobs, reference logprobs, values and bootstrap values; return the turn rows.
+
+        Only real turns are scored (whole-episode batches have padding turns); the rows are those
+        turns in :meth:`positions` order and the [T, N, R] fields are zero on padding turns.
+        """
         T, N = batch.num_turns, batch.num_envs
         mb = self.cfg.ppo.micro_batch_size
-        rows = pack_rows(batch.prompt_ids.flatten(0, 1), batch.prompt_lengths.flatten(),
-                         batch.response_ids.flatten(0, 1), batch.response_mask.flatten(0, 1), self.pad_id)
+        pos = self.positions(batch)
+        flat = lambda x: x.flatten(0, 1)[pos]  # noqa: E731
+        rows = pack_rows(flat(batch.prompt_ids), flat(batch.prompt_lengths), flat(batch.response_ids),
+                         flat(batch.response_mask), self.pad_id)
         self.actor.eval()
-        self.critic.eval()
         shape = batch.response_mask.shape
-        batch.old_logprobs = batched(lambda r: policy_outputs(self.actor, r)[0], rows, mb).view(shape)
-        batch.values = batched(lambda r: critic_outputs(self.critic, r), rows, mb).view(shape)
+
+        def scatter(values: torch.Tensor) -> torch.Tensor:
+            out = torch.zeros(T * N, shape[2], dtype=values.dtype)
+            out[pos] = values
+            return out.view(shape)
+
+        batch.old_logprobs = scatter(batched(lambda r: policy_outputs(self.actor, r)[0], rows, mb))
         if self.ref is not None:
-            batch.ref_logprobs = batched(lambda r: policy_outputs(self.ref, r)[0], rows, mb).view(shape)
+            batch.ref_logprobs = scatter(batched(lambda r: policy_outputs(self.ref, r)[0], rows, mb))
+        elif self.lora and self.cfg.ppo.kl_coef > 0:
+            with self.actor.module.disable_adapter():  # the base weights are the reference policy
+                batch.ref_logprobs = scatter(batched(lambda r: policy_outputs(self.actor, r)[0], rows, mb))
+        if self.critic is None:
+            return rows
+        self.critic.eval()
+        batch.values = scatter(batched(lambda r: critic_outputs(self.critic, r), rows, mb))
         batch.bootstrap_values = torch.zeros(T, N)
         if batch.bootstrap_prompts:
             keys = sorted(batch.bootstrap_prompts)
@@ -266,10 +320,23 @@ class Trainer:
                 batch.bootstrap_values[t, n] = v
         return rows
 
-    def compute_advantages(self, batch: TurnBatch) -> None:
-        """Token rewards, dual-discount GAE, then advantage whitening over all ranks' valid tokens."""
+    @staticmethod
+    def positions(batch: TurnBatch) -> torch.Tensor:
+        """long [M]: flat positions t * N + n of the batch's real turns (the training rows)."""
+        return batch.turns.flatten().nonzero().squeeze(1)
+
+    def compute_advantages(self, batch: TurnBatch) -> dict[str, float]:
+        """Token advantages of ``algo.algorithm``; returns the estimator's metrics.
+
+        PPO: token rewards, dual-discount GAE, advantages whitened over all ranks' valid tokens.
+        Critic-free: :func:`~verlog.algos.critic_free.critic_free_advantages` on the whole
+        episodes (normalised by their groups; no returns, no whitening).
+        """
         cfg = self.cfg
         mask = batch.response_mask
+        if self.critic is None:
+            batch.advantages, metrics = critic_free_advantages(batch, cfg.algo)
+            return metrics
         kl = None
         if cfg.ppo.kl_coef > 0 and cfg.ppo.kl_in_reward:
             kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, cfg.ppo.kl_kind)
@@ -279,16 +346,112 @@ class Trainer:
                                      batch.bootstrap_values, g.gamma_step, g.lam_step, g.gamma_token, g.lam_token)
         batch.returns = ret
         batch.advantages = masked_whiten(adv, mask, reduce_fn=D.all_reduce_sum) if g.whiten_advantages else adv
+        return {}
+
+    def _policy_loss(self, logp: torch.Tensor, old_lp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+                     normalizer: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """The configured policy loss of one micro-batch: PPO's clipped surrogate or GSPO's."""
+        cfg, algo = self.cfg.ppo, self.cfg.algo
+        if algo.algorithm == "gspo":
+            return gspo_policy_loss(logp, old_lp, adv, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                                    loss_normalizer=normalizer, aggregation=self.aggregation)
+        return ppo_policy_loss(logp, old_lp, adv, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                               dual_clip=cfg.dual_clip, loss_normalizer=normalizer, aggregation=self.aggregation)
+
+    @property
+    def aggregation(self) -> str:
+        """The policy loss's aggregation (GSPO always averages sequences: seq-mean-token-mean)."""
+        return "seq-mean-token-mean" if self.cfg.algo.algorithm == "gspo" else self.cfg.algo.loss_aggregation
+
+    def _micro_batches(self, idx: torch.Tensor, lengths: torch.Tensor) -> MicroBatches:
+        """Split a minibatch's row indices into micro-batches, as many on every rank.
+
+        By ``ppo.micro_batch_tokens`` (length-sorted, :func:`~verlog.microbatch.by_token_budget`)
+        or by ``ppo.micro_batch_size`` rows. With ZeRO-2 the engines communicate on every backward,
+        so all ranks must run the same number of micro-batches; a rank with fewer runs empty ones
+        (zero loss).
+        """
+        cfg = self.cfg.ppo
+        if cfg.micro_batch_tokens:
+            mbs = by_token_budget(idx, lengths, cfg.micro_batch_tokens)
+        else:
+            mbs = by_row_count(idx, lengths, cfg.micro_batch_size)
+        count = int(D.all_reduce_max(torch.tensor([float(len(mbs.batches))], device=D.device())).item())
+        mbs.batches += [idx[:0]] * (count - len(mbs.batches))
+        return mbs
+
+    def collect(self) -> tuple[TurnBatch, CollectStats, dict[str, float]]:
+        """One iteration's turns: a fixed-turn batch (PPO) or a round of grouped whole episodes.
+
+        The DAPO overlong penalty (``algo.overlong_penalty``) is added to each turn's reward. With
+        ``algo.dynamic_sampling`` (always on for ``dapo``) the groups whose episode returns are all equal are dropped
+        (their turns become padding) and further rounds are collected, at most
+        ``algo.max_refills``, until as many groups as one round holds have a learning signal.
+
+        Returns:
+            (batch, stats of every round collected, metrics ``algo/dropped_groups``, ``algo/refills``).
+        """
+        algo = self.cfg.algo
+        batch, stats = self.collector.collect()
+        self._shape_rewards(batch)
+        if not (algo.dynamic_sampling or algo.algorithm == "dapo"):
+            return batch, stats, {}
+        target = self.cfg.env.num_envs // algo.group_size
+        parts, kept_total, dropped_total, refills = [], 0, 0, 0
+        while True:
+            keep, kept, dropped = dynamic_sampling_keep(batch)
+            batch.turn_mask = keep
+            parts.append(batch)
+            kept_total, dropped_total = kept_total + kept, dropped_total + dropped
+            if kept_total >= target or refills >= algo.max_refills:
+                break
+            refills += 1
+            batch, more = self.collector.collect()
+            self._shape_rewards(batch)
+            _merge_stats(stats, more)
+        merged = TurnBatch.concat_envs(parts) if len(parts) > 1 else parts[0]
+        return merged, stats, {"algo/kept_groups": float(kept_total), "algo/dropped_groups": float(dropped_total),
+                               "algo/refills": float(refills)}
+
+    def _shape_rewards(self, batch: TurnBatch) -> None:
+        """Add DAPO's overlong penalty (by response length) to the rewards of real turns, if on."""
+        algo = self.cfg.algo
+        if algo.overlong_penalty:
+            penalty = overlong_penalty(batch.response_lengths, self.cfg.rollout.max_response_tokens,
+                                       algo.overlong_cache_tokens, algo.overlong_penalty_factor)
+            batch.rewards = batch.rewards + torch.where(batch.turns, penalty, 0.0)
+
+    def _zero_loss(self, engine: Any) -> torch.Tensor:
+        """A zero loss through every parameter (one pad token), for an empty micro-batch."""
+        ids = torch.full((1, 1), self.pad_id, dtype=torch.long, device=D.device())
+        return engine(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.sum() * 0.0
+
+    def _backward(self, engine: Any, loss: torch.Tensor, boundary: bool) -> None:
+        """One micro-batch backward; the optimizer step applies at the minibatch's last one."""
+        engine.set_gradient_accumulation_boundary(boundary)
+        engine.backward(loss, scale_wrt_gas=False)
+        engine.step()
 
     def update(self, batch: TurnBatch, rows: Rows, *, train_actor: bool) -> dict[str, float]:
-        """PPO epochs over minibatches; returns token-weighted averages of the update's metrics."""
+        """Epochs over minibatches of the turn rows; returns token-weighted averages of the metrics.
+
+        Each epoch splits the M rows (a random permutation) into ``ppo.minibatches`` minibatches,
+        one optimizer step each for the actor (unless frozen) and, with PPO, the critic. The loss
+        of a minibatch is normalised by its valid tokens (token-mean) or sequences (seq-mean
+        aggregations, :func:`~verlog.algos.losses.aggregate_loss`).
+        """
         cfg = self.cfg.ppo
         M = len(rows)
-        flat = lambda x: x.flatten(0, 1)  # noqa: E731
+        pos = self.positions(batch)
+        flat = lambda x: x.flatten(0, 1)[pos]  # noqa: E731
         mask, old_lp, adv = flat(batch.response_mask), flat(batch.old_logprobs), flat(batch.advantages)
-        old_v, ret = flat(batch.values), flat(batch.returns)
         ref_lp = flat(batch.ref_logprobs) if batch.ref_logprobs is not None else None
+        critic_on = self.critic is not None
+        if critic_on:
+            old_v, ret = flat(batch.values), flat(batch.returns)
         kl_loss_on = cfg.kl_coef > 0 and not cfg.kl_in_reward
+        seq_norm = self.aggregation != "token-mean"
+        row_lengths = rows.attention_mask.sum(-1)
         sums: dict[str, float] = {}
         weights: dict[str, float] = {}
 
@@ -296,44 +459,52 @@ class Trainer:
             sums[key] = sums.get(key, 0.0) + value * weight
             weights[key] = weights.get(key, 0.0) + weight
 
+        def normalizer(idx: torch.Tensor) -> float:
+            n = mask[idx].any(-1).sum() if seq_norm else mask[idx].sum()
+            return max(float(n), 1.0)
+
         self.actor.train()
-        self.critic.train()
+        if critic_on:
+            self.critic.train()
         actor_stopped = not train_actor
-        mb_rows = M // cfg.minibatches
         skipped_here = 0
         for _epoch in range(cfg.epochs):
             perm = torch.randperm(M, generator=self._update_rng)
-            for start in range(0, M, mb_rows):
-                idx = perm[start:start + mb_rows]
-                n_tok = float(mask[idx].sum())
-                micro = idx.split(cfg.micro_batch_size)
+            for idx in perm.tensor_split(cfg.minibatches):
+                n_tok = max(float(mask[idx].sum()), 1.0)
+                norm = normalizer(idx)
+                mbs = self._micro_batches(idx, row_lengths)
+                micro = mbs.batches
+                add("update/padding_fraction", mbs.padding_fraction, float(mbs.padded_tokens))
                 if not actor_stopped:
                     kl_sum = 0.0
                     finite = True
-                    for mi in micro:
+                    for i, mi in enumerate(micro):
+                        boundary = i == len(micro) - 1
+                        if mi.numel() == 0:
+                            self._backward(self.actor, self._zero_loss(self.actor), boundary)
+                            continue
                         r = rows.select(mi)
                         m = mask[mi]
                         logp, ent = policy_outputs(self.actor, r, with_entropy=True)
-                        pg, stats = ppo_policy_loss(logp, old_lp[mi], adv[mi], m, clip_low=cfg.clip_low,
-                                                    clip_high=cfg.clip_high, dual_clip=cfg.dual_clip,
-                                                    loss_normalizer=n_tok)
+                        pg, stats = self._policy_loss(logp, old_lp[mi], adv[mi], m, norm)
                         ent_sum = (ent * m).sum()
                         loss = pg - cfg.entropy_coef * ent_sum / n_tok
                         w = float(m.sum())
                         if kl_loss_on:
-                            kl_sum = (kl_penalty(logp, ref_lp[mi], cfg.kl_kind) * m).sum()
-                            loss = loss + cfg.kl_coef * kl_sum / n_tok
-                            add("actor/kl_ref", kl_sum.item() / max(w, 1.0), w)
+                            kl_ref = (kl_penalty(logp, ref_lp[mi], cfg.kl_kind) * m).sum()
+                            loss = loss + cfg.kl_coef * kl_ref / n_tok
+                            add("actor/kl_ref", kl_ref.item() / max(w, 1.0), w)
                         # A non-finite loss is still back-propagated: its non-finite gradients make
                         # DeepSpeed skip the whole minibatch's optimizer step (see _after_step).
                         finite = finite and bool(torch.isfinite(loss))
-                        self.actor.backward(loss, scale_wrt_gas=False)
-                        self.actor.step()
+                        self._backward(self.actor, loss, boundary)
                         if not bool(torch.isfinite(loss)):
                             continue  # counted in update/skipped_steps, not averaged into the losses
-                        add("actor/pg_loss", pg.item() * n_tok / max(w, 1.0), w)
+                        unit = float(m.any(-1).sum()) if seq_norm else w  # what the loss averages over
+                        add("actor/pg_loss", pg.item() * norm / max(unit, 1.0), unit)
                         add("actor/entropy", ent_sum.item() / max(w, 1.0), w)
-                        for key in ("clip_fraction", "approx_kl", "ratio_mean"):
+                        for key in ("clip_fraction", "approx_kl", "ratio_mean", "seq_ratio_mean"):
                             if key in stats:
                                 add(f"actor/{key}", float(stats[key]), w)
                         kl_sum += float(stats.get("approx_kl", 0.0)) * w
@@ -341,19 +512,24 @@ class Trainer:
                         add("actor/grad_norm", _grad_norm(self.actor), 1.0)
                     else:
                         skipped_here += 1
-                    if cfg.target_kl is not None and kl_sum / max(n_tok, 1.0) > cfg.target_kl:
+                    if cfg.target_kl is not None and kl_sum / n_tok > cfg.target_kl:
                         actor_stopped = True
                         sums["actor/early_stopped"], weights["actor/early_stopped"] = 1.0, 1.0
+                if not critic_on:
+                    continue
                 finite = True
-                for mi in micro:
+                for i, mi in enumerate(micro):
+                    boundary = i == len(micro) - 1
+                    if mi.numel() == 0:
+                        self._backward(self.critic, self._zero_loss(self.critic), boundary)
+                        continue
                     r = rows.select(mi)
                     m = mask[mi]
                     values = critic_outputs(self.critic, r)
                     vl, vstats = value_loss(values, old_v[mi], ret[mi], m, clip_range=cfg.value_clip,
                                             loss_normalizer=n_tok)
                     finite = finite and bool(torch.isfinite(vl))
-                    self.critic.backward(cfg.value_coef * vl, scale_wrt_gas=False)
-                    self.critic.step()
+                    self._backward(self.critic, cfg.value_coef * vl, boundary)
                     if not bool(torch.isfinite(vl)):
                         continue
                     w = float(m.sum())
@@ -364,7 +540,8 @@ class Trainer:
                 else:
                     skipped_here += 1
         self.actor.eval()
-        self.critic.eval()
+        if critic_on:
+            self.critic.eval()
         out = {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
         out.setdefault("actor/early_stopped", 0.0)
         out["update/skipped_steps"] = float(skipped_here)
@@ -405,21 +582,25 @@ class Trainer:
 
     def sync_weights(self) -> None:
         """Load the actor's current weights into the rollout engine."""
-        self.engine.load_weights(D.gathered_named_parameters(self.actor.module))
+        if self.lora:
+            self.engine.load_weights(merged_named_parameters(self.actor.module))
+        else:
+            self.engine.load_weights(D.gathered_named_parameters(self.actor.module))
 
     # ------------------------------------------------------------------ metrics, eval, checkpoints
     def _metrics(self, it: int, batch: TurnBatch, stats: CollectStats, upd: dict[str, float],
-                 times: dict[str, float], warm: bool) -> dict[str, Any]:
+                 times: dict[str, float], warm: bool, turns_all_ranks: int) -> dict[str, Any]:
         mask = batch.response_mask
-        n_turns = batch.num_turns * batch.num_envs
+        real = batch.turns
         eps = stats.episodes
         for e in eps:
             self._recent_success.append(float(e.success))
         valid_lp = mask & torch.isfinite(batch.behaviour_logprobs)
-        lp_diff = (batch.behaviour_logprobs - batch.old_logprobs).abs()[valid_lp]
+        old_lp = batch.old_logprobs if batch.old_logprobs is not None else batch.behaviour_logprobs  # not scored
+        lp_diff = (batch.behaviour_logprobs - old_lp).abs()[valid_lp]
         out: dict[str, Any] = {
             "iteration": it + 1,
-            "phase": "critic_warmup" if warm else "ppo",
+            "phase": "critic_warmup" if warm else self.cfg.algo.algorithm,
             "turns": self._turns_done,
             "episodes": len(eps),
             "episode/return": _mean([e.episode_return for e in eps]),
@@ -429,9 +610,10 @@ class Trainer:
             "episode/success_recent100": _mean(list(self._recent_success)),
             "episode/truncated_fraction": _mean([float(e.truncated) for e in eps]),
             "rollout/invalid_action_rate": stats.invalid_actions / max(stats.turns, 1),
-            "rollout/cut_at_max_tokens_rate": float(batch.cut_at_max_tokens.float().mean()),
-            "rollout/response_tokens_mean": float(batch.response_lengths.float().mean()),
-            "rollout/reward_mean": float(batch.rewards.mean()),
+            "rollout/turns": stats.turns,
+            "rollout/cut_at_max_tokens_rate": float(batch.cut_at_max_tokens[real].float().mean()),
+            "rollout/response_tokens_mean": float(batch.response_lengths[real].float().mean()),
+            "rollout/reward_mean": float(batch.rewards[real].mean()),
             "rollout/behaviour_vs_old_logprob_max_abs": float(lp_diff.max()) if lp_diff.numel() else 0.0,
             "prompt/tokens_mean": _mean(stats.prompt_tokens),
             "prompt/tokens_max": max(stats.prompt_tokens) if stats.prompt_tokens else 0,
@@ -439,14 +621,17 @@ class Trainer:
             "prompt/trimmed_observation_tokens": stats.trimmed_observation_tokens,
             "env/faults": stats.env_faults,
             "env/restarts": stats.env_restarts,
-            "critic/explained_variance": explained_variance(batch.values, batch.returns, mask),
-            "critic/values_mean": float(batch.values[mask].mean()),
-            "critic/returns_mean": float(batch.returns[mask].mean()),
-            "critic/turn_value_mean": float(batch.values[..., 0].mean()),
             **upd,
             **{f"time/{k}": v for k, v in times.items()},
         }
-        out["turns_per_second"] = n_turns * self.world / max(sum(times.values()), 1e-9)
+        if batch.values is not None:
+            out.update({
+                "critic/explained_variance": explained_variance(batch.values, batch.returns, mask),
+                "critic/values_mean": float(batch.values[mask].mean()),
+                "critic/returns_mean": float(batch.returns[mask].mean()),
+                "critic/turn_value_mean": float(batch.values[..., 0][real].mean()),
+            })
+        out["turns_per_second"] = turns_all_ranks / max(sum(times.values()), 1e-9)
         return out
 
     def run_eval(self, label: str, *, greedy: bool) -> EvalResult:
@@ -476,15 +661,14 @@ class Trainer:
         self._barrier()
         (tmp / f"state_rank{self.rank}.json").write_text(json.dumps(self._rank_state()))
         save_rng_states(tmp, self.rank, self._generators())
-        self.actor.save_checkpoint(str(tmp / "ds"), tag="actor")
-        self.critic.save_checkpoint(str(tmp / "ds"), tag="critic")
-        actor_state = dict(D.gathered_named_parameters(self.actor.module))
-        critic_state = dict(D.gathered_named_parameters(self.critic.module))
+        for name, engine in self._engines().items():
+            engine.save_checkpoint(str(tmp / "ds"), tag=name)
+        for name, engine in self._engines().items():
+            state_dict = dict(D.gathered_named_parameters(engine.module))
+            if D.is_main():
+                engine.module.save_pretrained(tmp / name, state_dict=state_dict)
+                self.tokenizer.save_pretrained(tmp / name)
         if D.is_main():
-            self.actor.module.save_pretrained(tmp / "actor", state_dict=actor_state)
-            self.tokenizer.save_pretrained(tmp / "actor")
-            self.critic.module.save_pretrained(tmp / "critic", state_dict=critic_state)
-            self.tokenizer.save_pretrained(tmp / "critic")
             state = {"iteration": iteration, "world_size": self.world,
                      "eval_results": self.eval_results, "config": to_dict(self.cfg)}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
@@ -523,28 +707,37 @@ class Trainer:
                     r = self.run_eval("untrained", greedy=greedy)
                     self._say(logger, f"untrained policy ({'greedy' if greedy else 'sampled'}): success "
                                       f"{r.success_mean:.3f} ± {r.success_se:.3f} over {r.episodes} episodes")
+            if self.critic is None and cfg.ppo.critic_warmup_iterations:
+                self._say(logger, f"ppo.critic_warmup_iterations={cfg.ppo.critic_warmup_iterations} not used: "
+                                  f"algo.algorithm={cfg.algo.algorithm} trains no critic")
+            last = cfg.iterations
             for it in range(self.start_iteration, cfg.iterations):
-                warm = it < cfg.ppo.critic_warmup_iterations
+                warm = self.critic is not None and it < cfg.ppo.critic_warmup_iterations
                 times: dict[str, float] = {}
                 tic = time.perf_counter()
-                batch, stats = self.collector.collect()
+                batch, stats, algo_metrics = self.collect()
                 times["rollout"] = time.perf_counter() - tic
-                tic = time.perf_counter()
-                rows = self.score(batch)
-                self.compute_advantages(batch)
-                times["scoring"] = time.perf_counter() - tic
-                tic = time.perf_counter()
-                upd = self.update(batch, rows, train_actor=not warm)
-                times["update"] = time.perf_counter() - tic
+                turns = int(D.all_reduce_sum(torch.tensor([float(stats.turns)], device=D.device())).item())
+                trainable = D.all_reduce_min(torch.tensor([float(batch.num_real_turns)], device=D.device())).item()
+                if trainable > 0:
+                    tic = time.perf_counter()
+                    rows = self.score(batch)
+                    algo_metrics.update(self.compute_advantages(batch))
+                    times["scoring"] = time.perf_counter() - tic
+                    tic = time.perf_counter()
+                    upd = self.update(batch, rows, train_actor=not warm)
+                    times["update"] = time.perf_counter() - tic
+                else:  # dynamic sampling kept no group on some rank: nothing to learn from
+                    upd = {"update/skipped_no_signal": 1.0}
                 tic = time.perf_counter()
                 if not warm:
                     self.sync_weights()
                 times["sync"] = time.perf_counter() - tic
-                self._turns_done += self.turns_per_batch * self.world
+                self._turns_done += turns
                 if cfg.logging.dump_batch_every and (it + 1) % cfg.logging.dump_batch_every == 0 and D.is_main():
                     (self.run_dir / "batches").mkdir(exist_ok=True)
                     batch.save(self.run_dir / "batches" / f"iter_{it + 1:06d}.pt")
-                metrics = self._metrics(it, batch, stats, upd, times, warm)
+                metrics = {**self._metrics(it, batch, stats, upd, times, warm, turns), **algo_metrics}
                 for message in stats.env_fault_messages:
                     self._say(logger, f"iteration {it + 1}: environment fault, env restarted: {message}")
                 if cfg.eval.every and (it + 1) % cfg.eval.every == 0 and D.is_main():
@@ -567,7 +760,11 @@ class Trainer:
                     self._say(logger, f"stopped by {self.stop_signals.requested or 'a signal on another rank'} after "
                                       f"iteration {it + 1}; resume with: {self.resume_command()}")
                     return {"stopped": True, "iteration": it + 1}
-            self.save_checkpoint(cfg.iterations)
+                if cfg.turn_budget and self._turns_done >= cfg.turn_budget:
+                    last = it + 1
+                    self._say(logger, f"turn budget reached: {self._turns_done} turns after iteration {last}")
+                    break
+            self.save_checkpoint(last)
             if D.is_main():
                 for greedy in (True, False):
                     r = self.run_eval("trained", greedy=greedy)
@@ -598,23 +795,27 @@ class Trainer:
             print(message, flush=True)
 
 
-def _check_trainable_algo(cfg: TrainConfig) -> None:
-    """Refuse ``algo`` settings the iteration loop does not apply yet, rather than ignore them.
-
-    The critic-free estimators and loss variants exist as tested pure functions
-    (:mod:`verlog.algos.estimators`, :mod:`verlog.algos.losses`); the loop trains PPO with
-    dual-discount GAE and token-mean aggregation only.
+def _check_state_keys(cfg: TrainConfig) -> None:
+    """GiGPO groups turns by exact state: refuse an env that does not report state keys.
 
     Raises:
-        ConfigError: one line naming the first ``algo`` key that differs from that.
+        ConfigError: one line naming ``algo.algorithm`` and the env.
     """
-    default = AlgoConfig()
-    for key in ("algorithm", "loss_aggregation", "dynamic_sampling", "overlong_penalty"):
-        value = getattr(cfg.algo, key)
-        if value != getattr(default, key):
-            raise ConfigError(f"algo.{key}: {value!r} is not applied by the trainer yet (it trains "
-                              f"algorithm='ppo' with loss_aggregation='token-mean'); the estimators and "
-                              f"losses are in verlog/algos/")
+    env = make_env(cfg.env.task, **cfg.env.env_kwargs())
+    try:
+        env.reset(seed=0)
+        env.unwrapped.state_key
+    except NotImplementedError:
+        raise ConfigError(f"algo.algorithm: gigpo groups turns by exact game state, and {cfg.env.task} does not "
+                          "report a state key (TextEnv.state_key); use grpo or another algorithm") from None
+    finally:
+        env.close()
+
+
+def _merge_stats(into: CollectStats, more: CollectStats) -> None:
+    """Add the statistics of another collection round to ``into``."""
+    for f in fields(CollectStats):
+        setattr(into, f.name, getattr(into, f.name) + getattr(more, f.name))
 
 
 def _mean(xs: list[float]) -> float:

@@ -23,6 +23,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
 from verlog.envs.faults import SupervisedAsyncVectorEnv, make_guarded_env
+from verlog.envs.groups import StateKeyInfo
 from verlog.envs.registry import is_registered, make_env
 from verlog.envs.replay import ReplayableEpisodes
 
@@ -96,6 +97,7 @@ def make_vector_env(
     context: str | None = None,
     step_timeout_s: float | None = None,
     restart_attempts: int = 3,
+    state_keys: bool = False,
 ) -> TextVectorEnv:
     """Build ``num_envs`` copies of the registered text env ``name`` as one gymnasium vector env.
 
@@ -112,6 +114,7 @@ def make_vector_env(
         step_timeout_s: seconds one env step/reset may take before the env counts as hung and is
             restarted (``None``: no limit); see :mod:`verlog.envs.faults`.
         restart_attempts: rebuild tries in a row before a fault becomes fatal (>= 1).
+        state_keys: add ``info["state_key"]`` (:class:`~verlog.envs.groups.StateKeyInfo`, for GiGPO).
 
     Every sub-env is wrapped in :class:`~verlog.envs.faults.FaultCatchingEnv` and ``async`` runs under
     :class:`~verlog.envs.faults.SupervisedAsyncVectorEnv`: an env that raises, hangs or whose worker
@@ -139,8 +142,8 @@ def make_vector_env(
         raise ValueError(f"restart_attempts must be an int >= 1, got {restart_attempts!r}")
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'async' or 'sync', got {mode!r}")
-    env_fns = [functools.partial(_replayable, name, dict(env_kwargs or {}), step_timeout_s, restart_attempts)
-               for _ in range(num_envs)]
+    env_fns = [functools.partial(_replayable, name, dict(env_kwargs or {}), step_timeout_s, restart_attempts,
+                                 bool(state_keys)) for _ in range(num_envs)]
     if mode == "sync":
         vec: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     elif mode == "async":
@@ -153,10 +156,12 @@ def make_vector_env(
 
 
 def _replayable(name: str, env_kwargs: dict[str, Any], step_timeout_s: float | None,
-                restart_attempts: int) -> ReplayableEpisodes:
+                restart_attempts: int, state_keys: bool = False) -> ReplayableEpisodes:
     """One sub-env: fault-guarded (:mod:`verlog.envs.faults`) inside known episode seeds and a reply
-    log (:mod:`verlog.envs.replay`), so a restarted env still resets with its episode's seed."""
-    return ReplayableEpisodes(make_guarded_env(name, env_kwargs, step_timeout_s, restart_attempts))
+    log (:mod:`verlog.envs.replay`), so a restarted env still resets with its episode's seed; with
+    ``state_keys``, its infos carry the state id (:class:`~verlog.envs.groups.StateKeyInfo`)."""
+    env = make_guarded_env(name, env_kwargs, step_timeout_s, restart_attempts)
+    return ReplayableEpisodes(StateKeyInfo(env) if state_keys else env)
 
 
 def _num_envs(infos: dict[str, Any], num_envs: int | None) -> int:

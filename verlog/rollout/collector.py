@@ -26,12 +26,6 @@ class Memory(Protocol):
     def start_episode(self, instruction: str, observation: str, context: str = "") -> None: ...
     def add_turn(self, reply: str, next_observation: str, context: str = "") -> None: ...
     def prompt_ids(self) -> tuple[list[int], Any]: ...
-    @staticmethod
-    def _add_faults(stats: CollectStats, counts: Any) -> None:
-        stats.env_faults += counts.faults
-        stats.env_restarts += counts.restarts
-        stats.env_fault_messages.extend(counts.messages)
-
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
 
@@ -66,6 +60,36 @@ class CollectStats:
     env_faults: int = 0  # env steps/resets that raised, hung or lost their worker (episode truncated)
     env_restarts: int = 0  # env rebuilds after a fault
     env_fault_messages: list[str] = field(default_factory=list)  # one line per fault, for the log
+
+
+def generate_turn(memories: list[Memory], engine: RolloutEngine, decode: Callable[[list[list[int]]], list[str]],
+                  sampling: SamplingParams, stats: CollectStats) -> tuple[list[list[int]], list[Any], list[str]]:
+    """Build each memory's prompt and generate one reply each; prompt and timing stats go to ``stats``.
+
+    Returns:
+        (prompt token ids per memory, the engine's generations, the decoded reply texts).
+    """
+    tic = time.perf_counter()
+    prompts = []
+    for memory in memories:
+        ids, pstats = memory.prompt_ids()
+        prompts.append(ids)
+        stats.prompt_tokens.append(pstats.num_tokens)
+        stats.trimmed_turns += pstats.trimmed_turns
+        stats.trimmed_observation_tokens += pstats.trimmed_observation_tokens
+    stats.prompt_seconds += time.perf_counter() - tic
+    tic = time.perf_counter()
+    gens = engine.generate(prompts, sampling) if prompts else []
+    replies = decode([g.token_ids for g in gens]) if gens else []
+    stats.generate_seconds += time.perf_counter() - tic
+    return prompts, gens, replies
+
+
+def add_faults(stats: CollectStats, counts: Any) -> None:
+    """Add the fault counts of one vector-env call (:func:`~verlog.envs.faults.count_faults`) to ``stats``."""
+    stats.env_faults += counts.faults
+    stats.env_restarts += counts.restarts
+    stats.env_fault_messages.extend(counts.messages)
 
 
 class FixedTurnCollector:
@@ -135,32 +159,19 @@ class FixedTurnCollector:
         stats = CollectStats()
         start_faults, self._start_faults = self._start_faults, None
         if start_faults is not None:
-            self._add_faults(stats, start_faults)
+            add_faults(stats, start_faults)
         cols: dict[str, list[list[Any]]] = {k: [] for k in (
             "prompts", "responses", "logprobs", "rewards", "terminated", "truncated", "episode_ids",
             "action_valid", "cut")}
         bootstrap: dict[tuple[int, int], list[int]] = {}
 
         for t in range(T):
-            tic = time.perf_counter()
-            prompts = []
-            for memory in self.memories:
-                ids, pstats = memory.prompt_ids()
-                prompts.append(ids)
-                stats.prompt_tokens.append(pstats.num_tokens)
-                stats.trimmed_turns += pstats.trimmed_turns
-                stats.trimmed_observation_tokens += pstats.trimmed_observation_tokens
-            stats.prompt_seconds += time.perf_counter() - tic
-
-            tic = time.perf_counter()
-            gens = self.engine.generate(prompts, self.sampling)
-            replies = self.decode([g.token_ids for g in gens])
-            stats.generate_seconds += time.perf_counter() - tic
+            prompts, gens, replies = generate_turn(self.memories, self.engine, self.decode, self.sampling, stats)
 
             tic = time.perf_counter()
             obs, rewards, terminated, truncated, infos = self.venv.step(list(replies))
             stats.env_seconds += time.perf_counter() - tic
-            self._add_faults(stats, count_faults(infos))
+            add_faults(stats, count_faults(infos))
 
             step_infos = split_infos(infos, N)
             finals_obs = final_observations(infos, N)
@@ -217,12 +228,6 @@ class FixedTurnCollector:
             pad_id=self.pad_id, max_response_tokens=self.sampling.max_tokens,
         )
         return batch, stats
-
-    @staticmethod
-    def _add_faults(stats: CollectStats, counts: Any) -> None:
-        stats.env_faults += counts.faults
-        stats.env_restarts += counts.restarts
-        stats.env_fault_messages.extend(counts.messages)
 
     def state_dict(self) -> dict:
         """Everything needed to continue collecting exactly (plain JSON types).

@@ -1,0 +1,162 @@
+"""Whole-episode group collection for the critic-free estimators (GRPO, GiGPO, RLOO, ...).
+
+Each call plays one *round*: every env is reset with :func:`~verlog.envs.groups.group_seeds`
+(the ``group_size`` consecutive envs of a group start from the same state) and runs until its
+episode ends (terminated or truncated by the env's step limit). An env whose episode has ended
+gets no more generations; the vector env still steps it (gymnasium steps all envs together)
+with an empty reply whose outcome is discarded. The result is a
+:class:`~verlog.batch.TurnBatch` of one complete episode per env with ``turn_mask``,
+``group_ids`` and, with state keys on, ``state_ids`` (the exact state each turn acted in, for
+GiGPO's anchor groups); no turn needs a bootstrap value.
+
+Nothing is in flight between calls, so the collector's state is the round counter alone.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from verlog.batch import TurnBatch
+from verlog.envs.faults import count_faults
+from verlog.envs.groups import STATE_KEY_INFO, group_seeds
+from verlog.envs.vector import final_infos, split_infos
+from verlog.rollout.collector import CollectStats, EpisodeRecord, Memory, add_faults, generate_turn
+from verlog.rollout.engine import RolloutEngine, SamplingParams
+
+__all__ = ["EpisodeCollector"]
+
+_FIELDS = ("prompts", "responses", "logprobs", "rewards", "terminated", "truncated", "episode_ids",
+           "action_valid", "cut", "state_ids")
+# what a padding turn holds in each column (see TurnBatch.from_turns)
+_PADDING = {"prompts": [], "responses": [], "logprobs": [], "rewards": 0.0, "terminated": False,
+            "truncated": False, "episode_ids": -1, "action_valid": True, "cut": False, "state_ids": 0}
+
+
+class EpisodeCollector:
+    """Collect one complete episode from every env per call, envs grouped by shared reset seeds.
+
+    Args:
+        venv: a vector env from :func:`~verlog.envs.vector.make_vector_env` (``state_keys=True``
+            to record ``state_ids``).
+        memories: one memory per env.
+        engine, decode, sampling, pad_id: as :class:`~verlog.rollout.collector.FixedTurnCollector`.
+        seed: base seed of the rounds' group seeds.
+        group_size: envs per group; divides ``venv.num_envs``.
+        max_turns: safety cap on an episode's turns (an episode still running then is cut and
+            counted as truncated); the env's own step limit normally ends it first.
+        state_keys: record ``info["state_key"]`` as ``state_ids``.
+
+    Raises:
+        ValueError: a memory count other than ``venv.num_envs``, a bad ``group_size`` or ``max_turns``.
+    """
+
+    def __init__(self, venv: Any, memories: list[Memory], engine: RolloutEngine,
+                 decode: Callable[[list[list[int]]], list[str]], sampling: SamplingParams, pad_id: int, seed: int,
+                 group_size: int, max_turns: int = 10_000, state_keys: bool = False) -> None:
+        if len(memories) != venv.num_envs:
+            raise ValueError(f"need one memory per env: {len(memories)} memories, {venv.num_envs} envs")
+        if group_size < 1 or venv.num_envs % group_size:
+            raise ValueError(f"group_size {group_size} must be >= 1 and divide num_envs {venv.num_envs}")
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.venv, self.memories, self.engine, self.decode = venv, memories, engine, decode
+        self.sampling, self.pad_id, self.seed = sampling, pad_id, seed
+        self.group_size, self.max_turns, self.state_keys = group_size, max_turns, state_keys
+        self.num_envs = venv.num_envs
+        self.num_groups = self.num_envs // group_size
+        self.rounds = 0  # completed calls; round r uses group seeds of round r
+        self._next_episode_id = 0
+
+    def collect(self) -> tuple[TurnBatch, CollectStats]:
+        """Play one round (one episode per env) and pack it.
+
+        Group ids are ``round * num_groups + n // group_size``: distinct across rounds, so batches
+        of several rounds can be joined (:meth:`~verlog.batch.TurnBatch.concat_envs`).
+
+        Returns:
+            The whole-episode batch and its statistics (every env's episode is in ``episodes``).
+        """
+        N, G = self.num_envs, self.group_size
+        stats = CollectStats()
+        round_index, self.rounds = self.rounds, self.rounds + 1
+        obs, infos = self.venv.reset(seed=group_seeds(self.seed, round_index, N, G))
+        add_faults(stats, count_faults(infos))
+        episode_ids = list(range(self._next_episode_id, self._next_episode_id + N))
+        self._next_episode_id += N
+        keys = [0] * N
+        for n, info in enumerate(split_infos(infos, N)):
+            self.memories[n].start_episode(info["instruction"], obs[n], info["context"])
+            keys[n] = int(info[STATE_KEY_INFO]) if self.state_keys else 0
+        cols: list[dict[str, list[Any]]] = [{k: [] for k in _FIELDS} for _ in range(N)]
+        returns, invalid = [0.0] * N, [0] * N
+        active = list(range(N))
+        while active:
+            prompts, gens, replies = generate_turn([self.memories[n] for n in active], self.engine, self.decode,
+                                                   self.sampling, stats)
+            actions = [""] * N
+            for j, n in enumerate(active):
+                actions[n] = replies[j]
+            tic = time.perf_counter()
+            obs, rewards, terminated, truncated, infos = self.venv.step(actions)
+            stats.env_seconds += time.perf_counter() - tic
+            add_faults(stats, count_faults(infos))
+            step_infos, finals_info = split_infos(infos, N), final_infos(infos, N)
+            still = []
+            for j, n in enumerate(active):
+                ended = bool(terminated[n]) or bool(truncated[n])
+                info = finals_info[n] if ended else step_infos[n]
+                cut = not ended and len(cols[n]["rewards"]) + 1 >= self.max_turns
+                valid = bool(info["action_valid"])
+                row = cols[n]
+                row["prompts"].append(prompts[j])
+                row["responses"].append(gens[j].token_ids)
+                row["logprobs"].append(gens[j].logprobs)
+                row["rewards"].append(float(rewards[n]))
+                row["terminated"].append(bool(terminated[n]))
+                row["truncated"].append((bool(truncated[n]) and not bool(terminated[n])) or cut)
+                row["episode_ids"].append(episode_ids[n])
+                row["action_valid"].append(valid)
+                row["cut"].append(gens[j].finish_reason == "length")
+                row["state_ids"].append(keys[n])
+                returns[n] += float(rewards[n])
+                invalid[n] += int(not valid)
+                stats.invalid_actions += int(not valid)
+                stats.turns += 1
+                if ended or cut:
+                    stats.episodes.append(EpisodeRecord(
+                        episode_id=episode_ids[n], env_index=n, episode_return=returns[n], length=len(row["rewards"]),
+                        success=bool(info["success"]), progression=float(info["progression"]),
+                        invalid_actions=invalid[n], truncated=row["truncated"][-1]))
+                    continue
+                self.memories[n].add_turn(replies[j], obs[n], step_infos[n]["context"])
+                if self.state_keys:
+                    keys[n] = int(step_infos[n][STATE_KEY_INFO])
+                still.append(n)
+            active = still
+        return self._pack(cols, round_index), stats
+
+    def _pack(self, cols: list[dict[str, list[Any]]], round_index: int) -> TurnBatch:
+        """Time-major padded lists -> TurnBatch (turns past an episode's end are padding)."""
+        N = self.num_envs
+        T = max(len(c["rewards"]) for c in cols)
+        grid = {k: [[cols[n][k][t] if t < len(cols[n][k]) else _PADDING[k] for n in range(N)] for t in range(T)]
+                for k in _FIELDS}
+        turn_mask = [[t < len(cols[n]["rewards"]) for n in range(N)] for t in range(T)]
+        group = [round_index * self.num_groups + n // self.group_size for n in range(N)]
+        group_ids = [[group[n] if turn_mask[t][n] else -1 for n in range(N)] for t in range(T)]
+        return TurnBatch.from_turns(
+            grid["prompts"], grid["responses"], grid["logprobs"], grid["rewards"], grid["terminated"],
+            grid["truncated"], grid["episode_ids"], grid["action_valid"], grid["cut"], {},
+            pad_id=self.pad_id, max_response_tokens=self.sampling.max_tokens, turn_mask=turn_mask,
+            group_ids=group_ids, state_ids=grid["state_ids"] if self.state_keys else None,
+        )
+
+    def state_dict(self) -> dict:
+        """``{"rounds": int, "next_episode_id": int}``: nothing is in flight between calls."""
+        return {"rounds": self.rounds, "next_episode_id": self._next_episode_id}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue after :meth:`state_dict`'s round (the next call replays nothing)."""
+        self.rounds = int(state["rounds"])
+        self._next_episode_id = int(state["next_episode_id"])
