@@ -1,0 +1,156 @@
+"""The proxy's core and its FastAPI app.
+
+``POST /rollout/{rollout_id}/attempt/{attempt}/v1/chat/completions`` renders the request's messages
+(+ tools) with the tokenizer's chat template (:class:`verlog.agent.chat.ChatRenderer`), generates
+through the :class:`~verlog.proxy.worker.GenerationWorker`, parses ``<think>`` and Hermes tool calls
+(:func:`verlog.agent.parsing.parse_reply`) into an OpenAI response and records the call. The reply is
+decoded for the agent only: the recorded response ids are the engine's, never re-tokenised.
+``POST /rollout/{rollout_id}/attempt/{attempt}/reward`` stores ``{"reward": float}``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from verlog.agent.chat import ChatRenderer
+from verlog.agent.parsing import parse_reply
+from verlog.proxy.gate import PauseGate
+from verlog.proxy.openai_format import ProxyRequestError, completion_response, error_body, parse_chat_request
+from verlog.proxy.recorder import CallRecord, ProxyRecorder
+from verlog.proxy.worker import GenerationWorker
+
+__all__ = ["OpenAIProxy", "create_app"]
+
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+
+
+def _reasoning(text: str) -> str:
+    """The text of the reply's ``<think>`` blocks (and before a stray ``</think>``), joined."""
+    parts = [m.strip() for m in _THINK.findall(text)]
+    rest = _THINK.sub("", text)
+    if "</think>" in rest:
+        parts.insert(0, rest.rsplit("</think>", 1)[0].replace("<think>", "").strip())
+    return "\n".join(p for p in parts if p)
+
+
+class OpenAIProxy:
+    """Serves chat completions from a rollout engine and records every call.
+
+    Args:
+        engine: ``generate(prompts, SamplingParams) -> list[Generation]`` (sync or async).
+        tokenizer: the Hugging Face tokenizer whose chat template renders requests.
+        recorder: where calls and rewards go (a new :class:`ProxyRecorder` when None).
+        model_name: the ``model`` of responses when the request names none.
+        default_max_tokens: ``max_tokens`` of requests that give none.
+        max_batch: most prompts per engine call.
+        chat_template: a template overriding the tokenizer's own.
+
+    Raises:
+        ValueError: the tokenizer has no eos token, or ``max_batch`` < 1.
+    """
+
+    def __init__(self, engine: Any, tokenizer: Any, recorder: ProxyRecorder | None = None, *,
+                 model_name: str = "verlog", default_max_tokens: int = 256, max_batch: int = 64,
+                 chat_template: str | None = None) -> None:
+        self.engine = engine
+        self.recorder = recorder if recorder is not None else ProxyRecorder()
+        self.model_name = model_name
+        self.default_max_tokens = default_max_tokens
+        self.worker = GenerationWorker(engine, max_batch)
+        self.gate = PauseGate()
+        self._chat = ChatRenderer(tokenizer, None, chat_template)
+
+    def pause(self):
+        """Async context manager: new requests wait, in-flight ones drain, then the body runs (e.g.
+        ``engine.load_weights``); requests resume on exit. Use in the serving event loop."""
+        return self.gate.paused()
+
+    async def chat_completion(self, rollout_id: str, attempt: str, body: Any) -> dict[str, Any]:
+        """Serve and record one request.
+
+        Raises:
+            ProxyRequestError: a bad request, a template that cannot render it, or an engine
+                ValueError (e.g. a prompt too long), all one-line.
+            Exception: another engine failure.
+        """
+        arrived = time.time()
+        request = parse_chat_request(body, self.default_max_tokens)
+        chat = ChatRenderer(self._chat.tokenizer, request.tools, self._chat.chat_template)
+        try:
+            prompt = chat.prompt_ids(request.messages)
+        except Exception as exc:  # jinja errors: the request's shape does not fit the template
+            raise ProxyRequestError(f"cannot render the messages with the chat template: {exc}", "messages") from None
+        await self.gate.enter()
+        try:
+            seq = self.recorder.reserve(rollout_id, attempt)
+            started = time.time()
+            try:
+                gen = await self.worker.generate(prompt, request.params)
+            except ValueError as exc:
+                raise ProxyRequestError(f"the engine rejected the request: {exc}") from None
+            finished = time.time()
+            text = chat.decode(list(gen.token_ids))
+            ended = gen.token_ids[-1] == chat.eos_id
+            if ended and text.endswith(chat.eos):
+                text = text[: -len(chat.eos)]
+            parsed = parse_reply(text)
+            response = completion_response(parsed, _reasoning(text), gen.finish_reason, len(prompt),
+                                           len(gen.token_ids), request.model or self.model_name)
+            self.recorder.add_call(rollout_id, attempt, CallRecord(
+                seq=seq, prompt_ids=list(prompt), response_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
+                finish_reason=gen.finish_reason, messages=request.messages, tools=request.tools,
+                reply=response["choices"][0]["message"], malformed_calls=sum(c.error is not None for c in parsed.calls),
+                arrived=arrived, started=started, finished=finished))
+            return response
+        finally:
+            self.gate.leave()
+
+
+def create_app(proxy: OpenAIProxy) -> FastAPI:
+    """The FastAPI app serving ``proxy`` (``app.state.proxy``)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await proxy.worker.close()
+
+    app = FastAPI(title="verlog OpenAI proxy", lifespan=lifespan)
+    app.state.proxy = proxy
+
+    async def json_body(request: Request) -> Any:
+        try:
+            return await request.json()
+        except ValueError:
+            raise ProxyRequestError("the request body is not valid JSON") from None
+
+    @app.exception_handler(ProxyRequestError)
+    async def bad_request(request: Request, exc: ProxyRequestError) -> JSONResponse:
+        return JSONResponse(error_body(str(exc), exc.param), status_code=exc.status)
+
+    @app.post("/rollout/{rollout_id}/attempt/{attempt}/v1/chat/completions")
+    async def chat_completions(rollout_id: str, attempt: str, request: Request) -> JSONResponse:
+        try:
+            return JSONResponse(await proxy.chat_completion(rollout_id, attempt, await json_body(request)))
+        except ProxyRequestError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an engine failure, reported to the agent
+            return JSONResponse(error_body(f"generation failed: {type(exc).__name__}: {exc}", kind="server_error"),
+                                status_code=500)
+
+    @app.post("/rollout/{rollout_id}/attempt/{attempt}/reward")
+    async def reward(rollout_id: str, attempt: str, request: Request) -> dict[str, Any]:
+        body = await json_body(request)
+        value = body.get("reward") if isinstance(body, dict) else None
+        try:
+            proxy.recorder.set_reward(rollout_id, attempt, value)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise ProxyRequestError(str(exc), "reward") from None
+        return {"rollout_id": rollout_id, "attempt": attempt, "reward": float(value)}  # type: ignore[arg-type]
+
+    return app

@@ -1,0 +1,22 @@
+"""Tools an agent can call: the :class:`BaseTool` contract, ``@function_tool`` (schema inferred
+from annotations and a Google-style docstring), :class:`ToolRegistry` and YAML tool files."""
+
+from verlog.tools.base import BaseTool, ToolError, ToolResult
+from verlog.tools.function import FunctionTool, function_tool
+from verlog.tools.registry import ToolConfigError, ToolRegistry, load_tool, load_tools_yaml
+from verlog.tools.schema import annotation_schema, parse_docstring, validate_arguments
+
+__all__ = [
+    "BaseTool",
+    "FunctionTool",
+    "ToolConfigError",
+    "ToolError",
+    "ToolRegistry",
+    "ToolResult",
+    "annotation_schema",
+    "function_tool",
+    "load_tool",
+    "load_tools_yaml",
+    "parse_docstring",
+    "validate_arguments",
+]
