@@ -150,13 +150,18 @@ def test_noncanonical_engine_ids_are_kept_and_reported(tok):
     assert traj.answer == text
 
 
+def with_content(expression: str) -> str:
+    """The tiny model's template with each plain message's content rendered by ``expression``."""
+    template = CHATML_TEMPLATE.replace(
+        "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}",
+        "{{- '<|im_start|>' + message['role'] + '\n' + " + expression + " + '<|im_end|>' + '\n' }}")
+    assert template != CHATML_TEMPLATE
+    return template
+
+
 def test_history_rewriting_template_is_reported_and_ids_kept(tok):
     # Like Qwen3: earlier assistant turns lose their reasoning when re-rendered.
-    stripping = CHATML_TEMPLATE.replace(
-        "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}",
-        "{{- '<|im_start|>' + message['role'] + '\n' + message['content'].split('</think>')[-1] "
-        "+ '<|im_end|>' + '\n' }}")
-    assert stripping != CHATML_TEMPLATE
+    stripping = with_content("message['content'].split('</think>')[-1]")
     first = "<think>add them</think>" + call("calculate", expression="3 + 4")
     traj, engine = run(tok, [first, "ANSWER: 7"], chat_template=stripping)
     assert traj.stop_reason == "answer" and traj.stats["template_mismatches"] == 2
@@ -169,11 +174,7 @@ def test_history_rewriting_template_is_reported_and_ids_kept(tok):
 def test_template_that_rewrites_on_append_uses_the_fallback_delta(tok):
     # Reasoning kept only while the assistant message is the last one: appending a tool message changes
     # the earlier text, so the longer render no longer extends the shorter one.
-    rewriting = CHATML_TEMPLATE.replace(
-        "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}",
-        "{{- '<|im_start|>' + message['role'] + '\n' + (message['content'] if loop.last else "
-        "message['content'].split('</think>')[-1]) + '<|im_end|>' + '\n' }}")
-    assert rewriting != CHATML_TEMPLATE
+    rewriting = with_content("(message['content'] if loop.last else message['content'].split('</think>')[-1])")
     first = "<think>add them</think>" + call("calculate", expression="3 + 4")
     traj, engine = run(tok, [first, "ANSWER: 7"], chat_template=rewriting)
     assert traj.stats["template_fallbacks"] == 1 and traj.stats["template_mismatches"] >= 1

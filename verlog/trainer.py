@@ -459,10 +459,6 @@ class Trainer:
             sums[key] = sums.get(key, 0.0) + value * weight
             weights[key] = weights.get(key, 0.0) + weight
 
-        def normalizer(idx: torch.Tensor) -> float:
-            n = mask[idx].any(-1).sum() if seq_norm else mask[idx].sum()
-            return max(float(n), 1.0)
-
         self.actor.train()
         if critic_on:
             self.critic.train()
@@ -472,7 +468,7 @@ class Trainer:
             perm = torch.randperm(M, generator=self._update_rng)
             for idx in perm.tensor_split(cfg.minibatches):
                 n_tok = max(float(mask[idx].sum()), 1.0)
-                norm = normalizer(idx)
+                norm = max(float(mask[idx].any(-1).sum()), 1.0) if seq_norm else n_tok  # what the loss averages over
                 mbs = self._micro_batches(idx, row_lengths)
                 micro = mbs.batches
                 add("update/padding_fraction", mbs.padding_fraction, float(mbs.padded_tokens))

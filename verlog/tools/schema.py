@@ -154,22 +154,13 @@ def _json_type_name(value: Any) -> str:
     return type(value).__name__
 
 
+_JSON_TYPES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
+
+
 def _matches(kind: str, value: Any) -> bool:
-    if kind == "null":
-        return value is None
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "array":
-        return isinstance(value, list)
-    if kind == "object":
-        return isinstance(value, dict)
-    return False
+    """Whether ``value`` is of JSON schema type ``kind`` (an integer is also a number)."""
+    name = _json_type_name(value)
+    return kind in _JSON_TYPES and (name == kind or (kind == "number" and name == "integer"))
 
 
 def _check(schema: dict[str, Any], value: Any, where: str) -> Any:
