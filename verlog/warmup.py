@@ -52,10 +52,13 @@ def env_corpus(task: str, *, episodes: int, seed: int, env_kwargs: dict[str, Any
 
 @dataclass
 class WarmupExample:
-    """One prompt of random play and the actions valid there."""
+    """One prompt and the replies the warm-up may teach there (one is drawn uniformly per use).
+
+    For a text env: a prompt of random play and ``format_reply(a)`` for every valid action ``a``.
+    """
 
     prompt_ids: list[int]
-    valid_actions: list[str]
+    replies: list[str]
 
 
 def collect_prompts(task: str, make_memory: Callable[[], Any], *, episodes: int, seed: int,
@@ -71,7 +74,7 @@ def collect_prompts(task: str, make_memory: Callable[[], Any], *, episodes: int,
             memory.start_episode(info["instruction"], obs, info["context"])
             done = False
             while not done:
-                out.append(WarmupExample(memory.prompt_ids()[0], list(info["valid_actions"])))
+                out.append(WarmupExample(memory.prompt_ids()[0], [format_reply(a) for a in info["valid_actions"]]))
                 reply = format_reply(rng.choice(info["valid_actions"]))
                 obs, _, terminated, truncated, info = env.step(reply)
                 done = terminated or truncated
@@ -85,7 +88,8 @@ def collect_prompts(task: str, make_memory: Callable[[], Any], *, episodes: int,
 def format_warmup(model: torch.nn.Module, encode: Callable[[str], list[int]], eos_id: int, pad_id: int,
                   examples: list[WarmupExample], *, steps: int, batch_size: int, lr: float,
                   seed: int) -> list[float]:
-    """Supervised steps on ``ACTION: <random valid action><eos>`` targets; trains ``model`` in place.
+    """Supervised steps on ``<a reply drawn uniformly from the example's replies><eos>`` targets (for a
+    text env ``ACTION: <random valid action>``); trains ``model`` in place.
 
     Returns:
         The per-step mean negative log-likelihood of the target tokens (nats/token).
@@ -100,7 +104,7 @@ def format_warmup(model: torch.nn.Module, encode: Callable[[str], list[int]], eo
     losses = []
     for _ in range(steps):
         picked = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
-        targets = [encode(format_reply(rng.choice(ex.valid_actions))) + [eos_id] for ex in picked]
+        targets = [encode(rng.choice(ex.replies)) + [eos_id] for ex in picked]
         R = max(len(t) for t in targets)
         P = max(len(ex.prompt_ids) for ex in picked)
         prompt_ids = torch.full((batch_size, P), pad_id, dtype=torch.long)
