@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["dual_discount_gae", "reference_dual_discount_gae"]
+__all__ = ["dual_discount_gae", "reference_dual_discount_gae", "padded_dual_discount_gae"]
 
 
 def _check_discount(name: str, x: float) -> float:
@@ -330,3 +330,53 @@ def reference_dual_discount_gae(
     out_adv = torch.tensor(adv, dtype=torch.float64).to(dtype=values.dtype, device=values.device)
     out_ret = torch.tensor(ret, dtype=torch.float64).to(dtype=values.dtype, device=values.device)
     return out_adv, out_ret
+
+
+def padded_dual_discount_gae(
+    rewards: Tensor,
+    values: Tensor,
+    response_mask: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    bootstrap_values: Tensor,
+    turn_mask: Tensor,
+    gamma_step: float,
+    lam_step: float,
+    gamma_token: float,
+    lam_token: float,
+) -> tuple[Tensor, Tensor]:
+    """:func:`dual_discount_gae` on a whole-episode batch whose shorter episodes end in padding turns.
+
+    A padding turn (``turn_mask`` False) has no response token; it may only follow a terminated
+    turn or another padding turn of its env, so no real turn reads it. It is given one dummy token
+    (reward 0, value 0) and marked terminated, the GAE runs, and its outputs are zeroed: every real
+    turn gets exactly what :func:`dual_discount_gae` gives the episode without its padding.
+
+    Args:
+        turn_mask: bool [T, N], True on real turns; the other arguments as :func:`dual_discount_gae`
+            (rewards and values must be 0 on padding turns).
+
+    Returns:
+        (advantages, returns) [T, N, R], 0 on padding turns and outside ``response_mask``.
+
+    Raises:
+        ValueError: a padding turn with response tokens, a non-zero reward or value, or one that
+            follows a real turn that is not terminated; else what :func:`dual_discount_gae` raises.
+    """
+    pad = ~turn_mask.to(torch.bool)
+    if not bool(pad.any()):
+        return dual_discount_gae(rewards, values, response_mask, terminated, truncated, bootstrap_values,
+                                 gamma_step, lam_step, gamma_token, lam_token)
+    if bool((response_mask.any(-1) & pad).any()):
+        raise ValueError("padded_dual_discount_gae: a padding turn has response tokens")
+    if bool(((rewards != 0).any(-1) & pad).any() or ((values != 0).any(-1) & pad).any()):
+        raise ValueError("padded_dual_discount_gae: a padding turn has a non-zero reward or value")
+    after_open_turn = pad[1:] & ~pad[:-1] & ~terminated[:-1]
+    if bool(pad[0].any()) or bool(after_open_turn.any()):
+        raise ValueError("padded_dual_discount_gae: a padding turn must follow a terminated or padding turn")
+    mask = response_mask.clone()
+    mask[..., 0] |= pad
+    advantages, returns = dual_discount_gae(rewards, values, mask, terminated | pad, truncated & ~pad,
+                                            bootstrap_values, gamma_step, lam_step, gamma_token, lam_token)
+    real = response_mask
+    return advantages.masked_fill_(~real, 0), returns.masked_fill_(~real, 0)
