@@ -2,32 +2,49 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
+from verlog.agent.collect import ProxyCollector, ToolLoopCollector, load_agent_fn
+from verlog.agent.loop import AgentLimits, ToolAgentLoop
+from verlog.agent.scripted import scripted_examples
+from verlog.agent.tasks import AgentTask, make_agent_task
 from verlog.config import MemoryConfig, RolloutConfig, TrainConfig
 from verlog.evaluate import EvalResult, evaluate
 from verlog.memory import WindowMemory
 from verlog.models import build_tiny_model
 from verlog.rollout.engine import RolloutEngine, SamplingParams
-from verlog.warmup import env_corpus
+from verlog.warmup import WarmupExample, env_corpus
 
 
 def tiny_model_dir(cfg: TrainConfig) -> Path:
-    """Where ``model.path=tiny`` keeps the tiny model of ``cfg.env.task`` (under ``model.cache_dir``)."""
-    return Path(cfg.model.cache_dir) / f"tiny-{cfg.env.task.replace('/', '-')}"
+    """Where ``model.path=tiny`` keeps the tiny model of ``cfg.env.task`` (or of ``cfg.agent.task``
+    for a tool task) under ``model.cache_dir``."""
+    name = f"agent-{cfg.agent.task}" if uses_agent(cfg) else cfg.env.task.replace('/', '-')
+    return Path(cfg.model.cache_dir) / f"tiny-{name}"
+
+
+def uses_agent(cfg: TrainConfig) -> bool:
+    """Whether conversations come from a tool task (``agent.loop`` tools or proxy), not text envs."""
+    return cfg.agent.loop != "env"
 
 
 def build_tiny_for(cfg: TrainConfig) -> Path:
     """Build (or reuse, see :func:`~verlog.models.build_tiny_model`) the tiny model of ``cfg``: its
-    tokenizer is trained on ``model.tiny.corpus_episodes`` random-play episodes of ``cfg.env.task``.
+    tokenizer is trained on ``model.tiny.corpus_episodes`` random-play episodes of ``cfg.env.task``
+    (a tool task: that many items' warm-up conversations).
 
     Returns:
         :func:`tiny_model_dir` of ``cfg``.
     """
     tiny = cfg.model.tiny
-    corpus = env_corpus(cfg.env.task, episodes=tiny.corpus_episodes, seed=tiny.seed, env_kwargs=cfg.env.env_kwargs())
+    if uses_agent(cfg):
+        corpus = agent_task(cfg).corpus(tiny.corpus_episodes, tiny.seed)
+    else:
+        corpus = env_corpus(cfg.env.task, episodes=tiny.corpus_episodes, seed=tiny.seed,
+                            env_kwargs=cfg.env.env_kwargs())
     return build_tiny_model(tiny_model_dir(cfg), corpus, seed=tiny.seed, vocab_size=tiny.vocab_size,
                             hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
                             num_kv_heads=tiny.num_kv_heads, intermediate_size=tiny.intermediate_size)
@@ -60,3 +77,55 @@ def evaluate_config(cfg: TrainConfig, engine: RolloutEngine, tokenizer: Any, *, 
     return evaluate(engine, decoder(tokenizer), memory_factory(cfg.memory, tokenizer), task=cfg.env.task,
                     episodes=e.episodes, seed=e.seed, num_envs=e.num_envs, sampling=sampling,
                     env_kwargs=cfg.env.env_kwargs())
+
+
+# ---------------------------------------------------------------------- tool tasks (agent.loop tools/proxy)
+def agent_task(cfg: TrainConfig) -> AgentTask:
+    """The tool task ``agent.task`` of ``cfg``."""
+    return make_agent_task(cfg.agent.task, max_operand=cfg.agent.max_operand)
+
+
+def agent_limits(cfg: TrainConfig) -> AgentLimits:
+    """The tool loop's limits: ``rollout.max_response_tokens`` per turn and the ``agent`` limits."""
+    a = cfg.agent
+    return AgentLimits(max_response_tokens=cfg.rollout.max_response_tokens, max_total_tokens=a.max_total_tokens,
+                       max_assistant_turns=a.max_assistant_turns, max_tool_response_chars=a.max_tool_response_chars)
+
+
+def agent_warmup_examples(cfg: TrainConfig, tokenizer: Any, *, items: int, seed: int) -> list[WarmupExample]:
+    """The format warm-up's examples of a tool task: ``items`` items' warm-up scripts run through the
+    tool loop (:func:`~verlog.agent.scripted.scripted_examples`), so the prompts are the loop's own."""
+    task, limits = agent_task(cfg), agent_limits(cfg)
+
+    def make_loop(engine: Any) -> ToolAgentLoop:
+        return ToolAgentLoop(engine, tokenizer, task.tools(), limits=limits, check_template=False)
+
+    async def run() -> list[WarmupExample]:
+        out: list[WarmupExample] = []
+        for item in task.make_items(items, seed):
+            out += await scripted_examples(tokenizer, make_loop, item.messages(), task.warmup_scripts(item))
+        return out
+
+    return asyncio.run(run())
+
+
+def make_agent_collector(cfg: TrainConfig, engine: Any, tokenizer: Any, *, pad_id: int, seed: int,
+                         group_size: int) -> ToolLoopCollector | ProxyCollector:
+    """The collector of ``agent.loop``: the built-in tool loop, or ``agent.agent`` through the proxy."""
+    common = dict(num_envs=cfg.env.num_envs, group_size=group_size, seed=seed, pad_id=pad_id,
+                  sampling=sampling_params(cfg.rollout))
+    if cfg.agent.loop == "tools":
+        return ToolLoopCollector(agent_task(cfg), engine, tokenizer, agent_limits(cfg), **common)
+    return ProxyCollector(agent_task(cfg), engine, tokenizer, load_agent_fn(cfg.agent.agent),
+                          max_response_tokens=cfg.rollout.max_response_tokens, credit=cfg.agent.credit,
+                          gamma=cfg.agent.credit_gamma, **common)
+
+
+def evaluate_agent(cfg: TrainConfig, collector: ToolLoopCollector | ProxyCollector, *, greedy: bool) -> EvalResult:
+    """Fixed evaluation of a tool task: ``eval.episodes`` items made from ``eval.seed`` (never
+    training's), one conversation each through the run's own loop or agent; success = the task's
+    success reward reached."""
+    e = cfg.eval
+    items = agent_task(cfg).make_items(e.episodes, e.seed)
+    records = collector.evaluate(items, greedy=greedy, seed=e.seed)
+    return EvalResult.from_records(f"agent/{cfg.agent.task}", records, greedy=greedy)

@@ -92,6 +92,29 @@ class EnvConfig:
         return kwargs
 
 
+AGENT_LOOPS = ("env", "tools", "proxy")
+
+
+@dataclass
+class AgentConfig:
+    """Where conversations come from: text environments (default), or a tool task run by the built-in
+    tool-calling loop or by an OpenAI-client agent through the proxy (``verlog/agent``, ``verlog/proxy``).
+    With ``tools``/``proxy``, ``env.num_envs`` conversations run per iteration (``env.task`` unused)."""
+
+    loop: str = _f("env", "env: text environments; tools: the built-in tool-calling loop on agent.task; proxy: "
+                          "the agent function agent.agent talking to an OpenAI-compatible proxy")
+    task: str = _f("calculator", "tool task of loop tools/proxy (calculator)")
+    agent: str = _f("verlog.agent.calculator_openai:solve", "loop proxy: the agent, 'module:function' called as "
+                    "function(item, base_url=, reward_url=, temperature=, max_tokens=)")
+    max_operand: int = _f(99, "calculator: operands are integers 2..max_operand")
+    max_assistant_turns: int = _f(3, "loop tools: most assistant turns per conversation")
+    max_total_tokens: int = _f(1024, "loop tools: most tokens per conversation (first prompt included)")
+    max_tool_response_chars: int = _f(500, "loop tools: longer tool responses are cut (and the cut counted)")
+    credit: str = _f("gae", "loop proxy: the reward over a rollout's calls: gae (on the last call; GAE and the "
+                            "critic spread it), final (on every call) or discounted")
+    credit_gamma: float = _f(1.0, "loop proxy, credit discounted: the discount per call")
+
+
 @dataclass
 class MemoryConfig:
     """How each turn's prompt is built."""
@@ -245,6 +268,7 @@ class TrainConfig:
     resume: Optional[str] = _f(None, "run directory to resume from (its newest checkpoint)")
     model: ModelConfig = _sub(ModelConfig, "actor/critic weights")
     env: EnvConfig = _sub(EnvConfig, "environments")
+    agent: AgentConfig = _sub(AgentConfig, "tool tasks: the built-in loop or an agent through the proxy")
     memory: MemoryConfig = _sub(MemoryConfig, "prompt memory")
     rollout: RolloutConfig = _sub(RolloutConfig, "generation")
     gae: GAEConfig = _sub(GAEConfig, "advantage estimation")
@@ -265,6 +289,8 @@ _CHOICES = {
     "logging.wandb_mode": ("offline", "online", "disabled"),
     "algo.algorithm": ALGORITHMS,
     "algo.norm": ("mean_std", "mean"),
+    "agent.loop": AGENT_LOOPS,
+    "agent.credit": ("gae", "final", "discounted"),
     "algo.loss_aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
 }
 _POSITIVE = (
@@ -274,7 +300,8 @@ _POSITIVE = (
     "ppo.actor_lr", "ppo.critic_lr", "ppo.max_grad_norm", "format_warmup.lr", "model.tiny.hidden_size",
     "model.tiny.num_layers", "model.tiny.num_heads", "model.tiny.num_kv_heads", "model.tiny.intermediate_size",
     "model.tiny.corpus_episodes", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_tensor_parallel_size",
-    "algo.group_size", "algo.std_eps", "algo.overlong_cache_tokens",
+    "algo.group_size", "algo.std_eps", "algo.overlong_cache_tokens", "agent.max_assistant_turns",
+    "agent.max_total_tokens", "agent.max_tool_response_chars",
 )
 _NON_NEGATIVE = (
     "memory.history_turns", "ppo.critic_warmup_iterations", "ppo.max_skipped_steps", "format_warmup.steps", "checkpoint_every",
@@ -287,7 +314,7 @@ _NON_NEGATIVE = (
 #: Optional keys that must be positive when set.
 _POSITIVE_OR_NONE = ("ppo.target_kl", "ppo.value_clip", "env.step_timeout_s")
 _UNIT_INTERVAL = ("gae.gamma_step", "gae.lam_step", "gae.gamma_token", "gae.lam_token", "rollout.top_p",
-                  "algo.gigpo_gamma", "algo.reinforce_pp_gamma")
+                  "algo.gigpo_gamma", "algo.reinforce_pp_gamma", "agent.credit_gamma")
 
 
 def _get(cfg: TrainConfig, key: str) -> Any:
@@ -333,7 +360,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                           f"and be a multiple of model.tiny.num_kv_heads ({tiny.num_kv_heads}), got {tiny.num_heads}")
     from verlog.envs.registry import is_registered
 
-    if not is_registered(cfg.env.task):
+    if cfg.agent.loop == "env" and not is_registered(cfg.env.task):
         raise ConfigError(f"env.task: expected a registered environment <family>/<task>, got {cfg.env.task!r}")
     if not 0 <= cfg.deepspeed.zero_stage <= 3:
         raise ConfigError(f"deepspeed.zero_stage: expected 0, 1, 2 or 3, got {cfg.deepspeed.zero_stage}")
@@ -355,11 +382,36 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                           f"got {cfg.env.step_timeout_s}")
     if cfg.env.max_steps is not None and cfg.env.max_steps <= 0:
         raise ConfigError(f"env.max_steps: expected a positive number or null, got {cfg.env.max_steps}")
+    if cfg.agent.loop != "env":
+        _validate_agent(cfg)
     if cfg.model.lora_rank and cfg.deepspeed.zero_stage == 3:
         raise ConfigError("model.lora_rank: LoRA is not supported with deepspeed.zero_stage=3 yet (use 0-2: the "
                           "adapters are small, so ZeRO-3's parameter partitioning gains little)")
     _validate_algo(cfg)
     return cfg
+
+
+def _validate_agent(cfg: TrainConfig) -> None:
+    """Cross-field checks of the ``agent`` section when a tool task is used (one-line ConfigError)."""
+    from verlog.agent.tasks import AGENT_TASKS
+
+    agent = cfg.agent
+    if agent.task not in AGENT_TASKS:
+        raise ConfigError(f"agent.task: expected one of {', '.join(sorted(AGENT_TASKS))}, got {agent.task!r}")
+    if agent.max_operand < 2:
+        raise ConfigError(f"agent.max_operand: expected an integer >= 2, got {agent.max_operand}")
+    if agent.credit_gamma <= 0:
+        raise ConfigError(f"agent.credit_gamma: expected a number in (0, 1], got {agent.credit_gamma}")
+    if cfg.algo.algorithm == "gigpo":
+        raise ConfigError("algo.algorithm: gigpo groups turns by exact environment state, which tool conversations "
+                          "do not report; use grpo or another algorithm")
+    if agent.loop == "proxy":
+        from verlog.agent.collect import load_agent_fn
+
+        try:
+            load_agent_fn(agent.agent)
+        except ValueError as exc:
+            raise ConfigError(f"agent.agent: {exc}") from None
 
 
 def _validate_algo(cfg: TrainConfig) -> None:

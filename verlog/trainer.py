@@ -2,7 +2,9 @@
 
 One iteration (DESIGN.md "One PPO iteration, as data"):
 
-1. the fixed-turn collector gathers a :class:`~verlog.batch.TurnBatch` with the rollout engine;
+1. the fixed-turn collector gathers a :class:`~verlog.batch.TurnBatch` with the rollout engine
+   (critic-free algorithms: grouped whole episodes; ``agent.loop`` tools/proxy: whole tool
+   conversations, :mod:`verlog.agent.collect`);
 2. scoring: old logprobs (actor), reference logprobs (only when ``ppo.kl_coef > 0``), values V_k
    and the bootstrap values (critic);
 3. token rewards (environment reward on the last response token, optional KL penalty) and
@@ -29,7 +31,7 @@ import torch
 
 from verlog import distributed as D
 from verlog.algos.critic_free import critic_free_advantages, dynamic_sampling_keep
-from verlog.algos.gae import dual_discount_gae
+from verlog.algos.gae import padded_dual_discount_gae
 from verlog.algos.losses import gspo_policy_loss, kl_penalty, overlong_penalty, ppo_policy_loss, value_loss
 from verlog.algos.rewards import token_rewards
 from verlog.algos.stats import explained_variance, masked_whiten
@@ -37,8 +39,9 @@ from verlog.batch import TurnBatch
 from verlog.config import ConfigError, TrainConfig, save_config, to_dict
 from verlog.envs.registry import make_env
 from verlog.envs.vector import make_vector_env
-from verlog.builders import (build_tiny_for, decoder, evaluate_config, memory_factory, sampling_params,
-                             tiny_model_dir)
+from verlog.agent.collect import ProxyCollector, ToolLoopCollector
+from verlog.builders import (agent_warmup_examples, build_tiny_for, decoder, evaluate_agent, evaluate_config,
+                             make_agent_collector, memory_factory, sampling_params, tiny_model_dir, uses_agent)
 from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
 from verlog.lora import add_lora, merged_named_parameters
@@ -86,7 +89,8 @@ class Trainer:
         except RuntimeError as err:
             raise ConfigError(f"gpus_per_node: {err}") from None
         self.critic_free = cfg.algo.algorithm != "ppo"
-        if cfg.algo.algorithm == "gigpo":
+        self.agent = uses_agent(cfg)  # conversations of a tool task instead of text environments
+        if cfg.algo.algorithm == "gigpo" and not self.agent:
             _check_state_keys(cfg)
         if cfg.model.path != "tiny":
             load_tokenizer(cfg.model.path)  # fail fast, with one line, before any process group exists
@@ -158,19 +162,13 @@ class Trainer:
         self.sampling = sampling_params(cfg.rollout)
         # A resumed run re-creates the interrupted run's in-flight episodes (load_resume_state).
         env_seed = cfg.seed * 100_003 + self.rank * 1009
-        state_keys = cfg.algo.algorithm == "gigpo"
-        self.venv = make_vector_env(cfg.env.task, cfg.env.num_envs, seed=env_seed, mode=cfg.env.vector_mode,
-                                    env_kwargs=self.env_kwargs, step_timeout_s=cfg.env.step_timeout_s,
-                                    restart_attempts=cfg.env.restart_attempts, state_keys=state_keys)
-        memories = [self.make_memory() for _ in range(cfg.env.num_envs)]
-        self.collector: FixedTurnCollector | EpisodeCollector
-        if self.critic_free:  # whole episodes in groups sharing a start state
-            self.collector = EpisodeCollector(self.venv, memories, self.engine, self.decode, self.sampling,
-                                              self.pad_id, seed=env_seed, group_size=cfg.algo.group_size,
-                                              state_keys=state_keys)
+        self.venv = None
+        self.collector: FixedTurnCollector | EpisodeCollector | ToolLoopCollector | ProxyCollector
+        if self.agent:  # whole conversations; groups of the same item for the critic-free algorithms
+            self.collector = make_agent_collector(cfg, self.engine, self.tokenizer, pad_id=self.pad_id, seed=env_seed,
+                                                  group_size=cfg.algo.group_size if self.critic_free else 1)
         else:
-            self.collector = FixedTurnCollector(self.venv, memories, self.engine, self.decode, self.sampling,
-                                                cfg.rollout.turns_per_env, self.pad_id, seed=env_seed)
+            self._make_env_collector(env_seed)
         self._recent_success: deque[float] = deque(maxlen=100)
         self._turns_done = self.start_iteration * self.turns_per_batch * self.world
         self._update_rng = torch.Generator().manual_seed(cfg.seed + 7 * self.rank)
@@ -179,6 +177,22 @@ class Trainer:
         self.stop_signals = StopSignals()  # SIGINT/SIGTERM during train(): stop after the iteration
         if resume_from is not None:
             self._load_resume_state(resume_from)
+
+    def _make_env_collector(self, env_seed: int) -> None:
+        """The text environments and their collector: fixed-turn (PPO) or grouped whole episodes."""
+        cfg = self.cfg
+        state_keys = cfg.algo.algorithm == "gigpo"
+        self.venv = make_vector_env(cfg.env.task, cfg.env.num_envs, seed=env_seed, mode=cfg.env.vector_mode,
+                                    env_kwargs=self.env_kwargs, step_timeout_s=cfg.env.step_timeout_s,
+                                    restart_attempts=cfg.env.restart_attempts, state_keys=state_keys)
+        memories = [self.make_memory() for _ in range(cfg.env.num_envs)]
+        if self.critic_free:  # whole episodes in groups sharing a start state
+            self.collector = EpisodeCollector(self.venv, memories, self.engine, self.decode, self.sampling,
+                                              self.pad_id, seed=env_seed, group_size=cfg.algo.group_size,
+                                              state_keys=state_keys)
+        else:
+            self.collector = FixedTurnCollector(self.venv, memories, self.engine, self.decode, self.sampling,
+                                                cfg.rollout.turns_per_env, self.pad_id, seed=env_seed)
 
     def _with_lora(self, model: torch.nn.Module, base_path: str | Path, *, critic: bool) -> torch.nn.Module:
         """``model`` with LoRA adapters when ``model.lora_rank`` > 0 (:func:`verlog.lora.add_lora`), else itself."""
@@ -245,8 +259,11 @@ class Trainer:
         if D.is_main():
             tic = time.perf_counter()
             model = load_actor(base_path)
-            examples = collect_prompts(cfg.env.task, self.make_memory, episodes=fw.episodes, seed=cfg.seed + 77,
-                                       env_kwargs=self.env_kwargs)
+            if self.agent:
+                examples = agent_warmup_examples(cfg, self.tokenizer, items=fw.episodes, seed=cfg.seed + 77)
+            else:
+                examples = collect_prompts(cfg.env.task, self.make_memory, episodes=fw.episodes, seed=cfg.seed + 77,
+                                           env_kwargs=self.env_kwargs)
             losses = format_warmup(model, lambda s: self.tokenizer.encode(s, add_special_tokens=False),
                                    self.eos_id, self.pad_id, examples, steps=fw.steps, batch_size=fw.batch_size,
                                    lr=fw.lr, seed=cfg.seed)
@@ -340,10 +357,12 @@ class Trainer:
         kl = None
         if cfg.ppo.kl_coef > 0 and cfg.ppo.kl_in_reward:
             kl = kl_penalty(batch.old_logprobs, batch.ref_logprobs, cfg.ppo.kl_kind)
-        batch.token_rewards = token_rewards(batch.rewards, mask, kl, cfg.ppo.kl_coef)
+        batch.token_rewards = token_rewards(batch.rewards, mask, kl, cfg.ppo.kl_coef, turn_mask=batch.turns)
         g = cfg.gae
-        adv, ret = dual_discount_gae(batch.token_rewards, batch.values, mask, batch.terminated, batch.truncated,
-                                     batch.bootstrap_values, g.gamma_step, g.lam_step, g.gamma_token, g.lam_token)
+        # whole-episode batches (tool conversations) end shorter episodes with padding turns
+        adv, ret = padded_dual_discount_gae(batch.token_rewards, batch.values, mask, batch.terminated,
+                                            batch.truncated, batch.bootstrap_values, batch.turns, g.gamma_step,
+                                            g.lam_step, g.gamma_token, g.lam_token)
         batch.returns = ret
         batch.advantages = masked_whiten(adv, mask, reduce_fn=D.all_reduce_sum) if g.whiten_advantages else adv
         return {}
@@ -578,10 +597,12 @@ class Trainer:
 
     def sync_weights(self) -> None:
         """Load the actor's current weights into the rollout engine."""
-        if self.lora:
-            self.engine.load_weights(merged_named_parameters(self.actor.module))
+        named = merged_named_parameters(self.actor.module) if self.lora else D.gathered_named_parameters(self.actor.module)
+        if isinstance(getattr(self, "collector", None), ProxyCollector):  # requests wait while the weights change
+            with self.collector.paused():
+                self.engine.load_weights(named)
         else:
-            self.engine.load_weights(D.gathered_named_parameters(self.actor.module))
+            self.engine.load_weights(named)
 
     # ------------------------------------------------------------------ metrics, eval, checkpoints
     def _metrics(self, it: int, batch: TurnBatch, stats: CollectStats, upd: dict[str, float],
@@ -632,13 +653,16 @@ class Trainer:
 
     def run_eval(self, label: str, *, greedy: bool) -> EvalResult:
         """Evaluate the rollout engine's current policy on ``eval.episodes`` fixed seeds."""
-        result = evaluate_config(self.cfg, self.engine, self.tokenizer, greedy=greedy)
+        if self.agent:
+            result = evaluate_agent(self.cfg, self.collector, greedy=greedy)
+        else:
+            result = evaluate_config(self.cfg, self.engine, self.tokenizer, greedy=greedy)
         self.eval_results.setdefault(label, {})["greedy" if greedy else "sampled"] = result.summary()
         return result
 
     def _write_eval_json(self) -> None:
         trained = self.eval_results.get("trained", {}).get("greedy")
-        payload: dict[str, Any] = {"task": self.cfg.env.task}
+        payload: dict[str, Any] = {"task": f"agent/{self.cfg.agent.task}" if self.agent else self.cfg.env.task}
         if trained:
             payload.update({k: trained[k] for k in ("success_mean", "success_se", "episodes")})
         payload.update(self.eval_results)
@@ -771,7 +795,10 @@ class Trainer:
             self.stop_signals.restore()
             if logger is not None:
                 logger.close()
-            self.venv.close()
+            if self.venv is not None:
+                self.venv.close()
+            if self.agent:
+                self.collector.close()
         return json.loads((self.run_dir / "eval.json").read_text()) if D.is_main() else {}
 
     def resume_command(self) -> str:

@@ -1,8 +1,16 @@
 """A calculator task for the tool agent: seeded arithmetic questions, the ``calculate`` tool, and
-reward 1 for a final ``ANSWER: <number>`` equal to the true value (else 0)."""
+reward 1 for a final ``ANSWER: <number>`` equal to the true value (else 0).
+
+For the tiny model it also gives the tokenizer's corpus and the *format* warm-up's scripts: a
+warmed-up model calls ``calculate`` on a prefix of the question's expression drawn uniformly (its
+first operand, its first two operands, or the whole expression) and answers with the tool's result, so the
+warm-up teaches the call and answer formats while leaving which expression to compute to RL (about
+1 in 3 right before RL; an instruct model knows the formats already).
+"""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
@@ -12,7 +20,7 @@ from typing import Any
 from verlog.tools.examples import calculate, evaluate_arithmetic
 
 __all__ = ["CalculatorQuestion", "SYSTEM_PROMPT", "make_questions", "parse_answer", "calculator_reward",
-           "calculator_tools"]
+           "calculator_tools", "tool_call_text", "answer_text", "warmup_scripts", "calculator_corpus"]
 
 SYSTEM_PROMPT = (
     "Solve the arithmetic problem. You may call the calculate tool. "
@@ -34,18 +42,21 @@ class CalculatorQuestion:
                 {"role": "user", "content": f"What is {self.expression}?"}]
 
 
-def make_questions(n: int, seed: int) -> list[CalculatorQuestion]:
-    """``n`` questions ``a op b op c`` with integers 2..99 and ops ``+ - *``, a pure function of seed.
+def make_questions(n: int, seed: int, max_operand: int = 99) -> list[CalculatorQuestion]:
+    """``n`` questions ``a op b op c`` with integers 2..max_operand and ops ``+ - *``, a pure
+    function of (n, seed, max_operand).
 
     Raises:
-        ValueError: ``n`` < 0.
+        ValueError: ``n`` < 0 or ``max_operand`` < 2.
     """
     if n < 0:
         raise ValueError(f"make_questions: n must be >= 0, got {n}")
+    if max_operand < 2:
+        raise ValueError(f"make_questions: max_operand must be >= 2, got {max_operand}")
     rng = random.Random(seed)
     out = []
     for _ in range(n):
-        a, b, c = (rng.randint(2, 99) for _ in range(3))
+        a, b, c = (rng.randint(2, max_operand) for _ in range(3))
         op1, op2 = rng.choice("+-*"), rng.choice("+-*")
         expression = f"{a} {op1} {b} {op2} {c}"
         out.append(CalculatorQuestion(expression, float(evaluate_arithmetic(expression))))
@@ -77,3 +88,55 @@ def calculator_reward(question: CalculatorQuestion):
 def calculator_tools() -> list:
     """The task's tools: ``[calculate]``."""
     return [calculate]
+
+
+def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
+    """A Hermes tool call as the Qwen-family templates write one (and :func:`~verlog.agent.parse_reply`
+    reads it): ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def answer_text(value: float | int | str) -> str:
+    """The final reply ``ANSWER: <value>`` (a whole float written as an int)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"ANSWER: {value}"
+
+
+def _prefixes(question: CalculatorQuestion) -> list[str]:
+    """The expression's prefixes that end on an operand (``a op b op c`` -> ``a``, ``a op b``, the
+    whole): each starts where the question's expression starts, so a warmed-up model copies from one
+    fixed offset and only the point where it stops copying is left to learn."""
+    parts = question.expression.split(" ")
+    return [" ".join(parts[: k + 1]) for k in range(0, len(parts), 2)]
+
+
+def warmup_scripts(question: CalculatorQuestion) -> list[list[str]]:
+    """The format warm-up's reply scripts for ``question``: for each prefix ``e`` of its expression
+    that ends on an operand, ``[call calculate(e), ANSWER: <value of e>]``."""
+    return [[tool_call_text("calculate", {"expression": e}), answer_text(float(evaluate_arithmetic(e)))]
+            for e in _prefixes(question)]
+
+
+def calculator_corpus(n: int, seed: int, max_operand: int = 99) -> list[str]:
+    """Texts for the tiny tokenizer: ``n`` whole conversations of the warm-up scripts rendered by the
+    tiny model's chat template with the ``calculate`` tool (so the template's tool block, calls, tool
+    responses and answers are all in the corpus)."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from verlog.models import CHATML_TEMPLATE
+
+    tools = [t.openai_schema() for t in calculator_tools()]
+    texts = []
+    for q in make_questions(n, seed, max_operand):
+        for script in warmup_scripts(q):
+            call = json.loads(script[0][len("<tool_call>\n"): -len("\n</tool_call>")])
+            messages = q.messages() + [
+                {"role": "assistant", "content": script[0]},
+                {"role": "tool", "content": calculate(call["arguments"]["expression"])},
+                {"role": "assistant", "content": script[1]},
+                {"role": "tool", "content": "Error: unknown tool 'x' (available: calculate)"},
+            ]
+            rendered, _ = render_jinja_template([messages], tools=tools, chat_template=CHATML_TEMPLATE)
+            texts.append(rendered[0])
+    return texts

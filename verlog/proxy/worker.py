@@ -15,7 +15,7 @@ from typing import Any
 
 from verlog.rollout.engine import Generation, SamplingParams
 
-__all__ = ["GenerationWorker"]
+__all__ = ["GenerationWorker", "BatchingEngine"]
 
 _Item = tuple[list[int], SamplingParams, "asyncio.Future[Generation]"]
 
@@ -112,3 +112,20 @@ class GenerationWorker:
             if not gen.token_ids or len(gen.logprobs) != len(gen.token_ids):
                 raise ValueError(f"engine returned {len(gen.token_ids)} ids and {len(gen.logprobs)} logprobs")
         return list(gens)
+
+
+class BatchingEngine:
+    """The rollout-engine interface over a :class:`GenerationWorker`, for agent loops that run
+    concurrently: each loop's ``await generate([prompt], params)`` joins whatever other loops are
+    waiting for in one engine call.
+
+    Args:
+        worker: the worker that owns the engine.
+    """
+
+    def __init__(self, worker: GenerationWorker) -> None:
+        self.worker = worker
+
+    async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """One generation per prompt, in order (raises what :meth:`GenerationWorker.generate` raises)."""
+        return list(await asyncio.gather(*(self.worker.generate(p, params) for p in prompts)))
