@@ -64,6 +64,8 @@ class ModelConfig:
     lora_dropout: float = _f(0.0, "dropout on the LoRA adapters' input")
     lora_target_modules: List[str] = _f(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                                         "linear layers that get adapters")
+    lora_modules_to_save: List[str] = _f([], "modules trained in full beside the adapters and saved with them (peft "
+                                             "modules_to_save; a name matches every module ending in it, e.g. norm)")
     tiny: TinyModelConfig = _sub(TinyModelConfig, "tiny model shape (used when path = 'tiny')")
 
 

@@ -186,7 +186,8 @@ class Trainer:
         if not self.lora:
             return model
         return add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout,
-                        target_modules=m.lora_target_modules, base_path=base_path, critic=critic)
+                        target_modules=m.lora_target_modules, base_path=base_path, critic=critic,
+                        modules_to_save=m.lora_modules_to_save)
 
     def _engines(self) -> dict[str, Any]:
         """The DeepSpeed engines by checkpoint tag: the actor, and the critic where there is one."""
