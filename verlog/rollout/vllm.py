@@ -160,7 +160,7 @@ class VLLMEngine:
         self._vllm = vllm
         self.sleep_mode = bool(sleep_mode)
         self._asleep = False
-        self.sleeps = 0  # how many times the engine slept (the trainer logs it)
+        self.sleeps = 0  # how many times the engine slept (the trainer logs each sleep as time/engine_sleep)
         self.tokenizer = load_tokenizer(model_path)  # also validates the directory
         self.model_path = Path(model_path)
         self._checkpoint_names = _checkpoint_names(self.model_path)
