@@ -50,6 +50,7 @@ def test_parse_overrides_values():
     (["ppo.minibatches=7"], "ppo.minibatches"),
     (["ppo.dual_clip=0.5"], "ppo.dual_clip"),
     (["deepspeed.zero_stage=4"], "deepspeed.zero_stage"),
+    (["rollout.vllm_sleep_between_updates=true"], "rollout.vllm_sleep_between_updates"),  # the hf engine
     (["noequals"], "noequals"),
     (["ppo..x=1"], "ppo..x=1"),
 ])

@@ -429,3 +429,51 @@ def test_vllm_builds_after_crafter_imported_numba():
     _llvmlite_vars_shim()
     assert isinstance(vars(ffi.lib), dict)
     assert numba.njit(lambda x: x * 2 + 1)(20) == 41  # llvmlite still compiles
+
+
+def test_vllm_sleep_mode_refused_in_one_line_where_vllm_has_none(model_dir):
+    pytest.importorskip("vllm")
+    from vllm.platforms import current_platform
+
+    from verlog.config import ConfigError
+    from verlog.rollout.vllm import VLLMEngine
+
+    if current_platform.is_sleep_mode_available():
+        pytest.skip("this platform has vLLM's sleep mode")
+    with pytest.raises(ConfigError, match=r"^rollout\.vllm_sleep_between_updates: vLLM has no sleep mode on this "
+                                          rf"platform \({current_platform.device_type};") as err:
+        VLLMEngine(model_dir, sleep_mode=True)
+    assert "\n" not in str(err.value)
+
+
+def test_vllm_sleep_then_load_weights_wakes_with_the_new_weights(vllm_engine, hf, model_dir, prompts, monkeypatch):
+    """The sleep / wake sequence around an update, through vLLM's own calls (scheduler paused, prefix
+    cache dropped, weights woken before the load and the KV cache after it). vLLM refuses
+    enable_sleep_mode on CPU and its CPU worker frees nothing when asleep, so here the engine core's
+    bookkeeping is what runs; the memory side only runs on a GPU."""
+    params = SamplingParams(max_tokens=16, greedy=True)
+    old = vllm_engine.generate(prompts, params)
+    with pytest.raises(RuntimeError, match="sleep_mode=False"):
+        vllm_engine.sleep()
+    monkeypatch.setattr(vllm_engine, "sleep_mode", True)
+    core = vllm_engine.llm.llm_engine
+    sleeps = vllm_engine.sleeps
+    vllm_engine.sleep()
+    vllm_engine.sleep()  # already asleep: a no-op
+    assert vllm_engine.asleep and core.is_sleeping() and vllm_engine.sleeps == sleeps + 1
+    trainer = load_actor(model_dir)
+    perturb(trainer, 0.05, seed=3)
+    hf_engine = HFEngine(model_dir, hf.tokenizer)
+    hf_engine.load_weights(trainer.named_parameters())
+    try:
+        vllm_engine.load_weights(trainer.named_parameters())
+        assert not vllm_engine.asleep and not core.is_sleeping()
+        new = vllm_engine.generate(prompts, params)
+        assert [g.token_ids for g in new] != [g.token_ids for g in old]
+        assert [g.token_ids for g in new] == [g.token_ids for g in hf_engine.generate(prompts, params)]
+        vllm_engine.sleep()  # a critic warm-up iteration: no new weights, generate wakes it as it was
+        assert vllm_engine.generate(prompts, params) == new and not core.is_sleeping()
+    finally:  # give the module-scoped engine its original weights back, awake
+        vllm_engine.wake_up()
+        vllm_engine.load_weights(load_actor(model_dir).named_parameters())
+    assert vllm_engine.generate(prompts, params) == old

@@ -125,6 +125,19 @@ def test_matches_reference_on_1200_random_batches():
         torch.testing.assert_close(ret, ret_ref, atol=1e-6, rtol=0)
 
 
+def test_unit_token_discounts_match_reference_on_600_random_batches():
+    """gamma_token = lam_token = 1 (every recipe) takes its own telescoped path; check it on its own."""
+    gen = torch.Generator().manual_seed(4321)
+    for _ in range(600):
+        T, N, R = (int(x) for x in torch.randint(1, 7, (3,), generator=gen))
+        batch = _random_batch(gen, T, N, R)
+        gammas = _random_gammas(gen)[:2] + [1.0, 1.0]
+        adv, ret = dual_discount_gae(*batch, *gammas)
+        adv_ref, ret_ref = reference_dual_discount_gae(*batch, *gammas)
+        torch.testing.assert_close(adv, adv_ref, atol=1e-6, rtol=0)
+        torch.testing.assert_close(ret, ret_ref, atol=1e-6, rtol=0)
+
+
 def test_long_responses_and_float32_keep_dtype():
     gen = torch.Generator().manual_seed(7)
     batch = _random_batch(gen, 3, 4, 300, dtype=torch.float32)

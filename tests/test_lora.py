@@ -69,6 +69,27 @@ def test_critic_adapter_keeps_the_value_head_trainable(tiny):
     assert "score.weight" in names and not any("lora_" in n or "original_module" in n for n in names)
 
 
+def test_modules_to_save_are_trained_in_full_and_merged_under_base_names(tiny):
+    base = load_actor(tiny)
+    model = add_lora(load_actor(tiny), rank=4, alpha=8, dropout=0.0, target_modules=["q_proj"], base_path=tiny,
+                     modules_to_save=["norm"])
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    norms = [n for n, _ in base.named_parameters() if n.endswith("norm.weight")]
+    assert len([n for n in trainable if "modules_to_save" in n]) == len(norms) >= 3  # every RMSNorm, final one too
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "modules_to_save" in name:
+                p.mul_(1.5)
+    merged = dict(merged_named_parameters(model))
+    assert sorted(merged) == sorted(n for n, _ in base.named_parameters())
+    assert all(torch.equal(merged[n], 1.5 * p) for n, p in base.named_parameters() if n in norms)
+    plain = load_actor(tiny)
+    plain.load_state_dict(merged, strict=False)  # tied embeddings: no separate lm_head.weight
+    ids = torch.tensor([[5, 9, 17, 30, 2]])
+    with torch.no_grad():
+        torch.testing.assert_close(plain(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
+
+
 def test_lora_run_saves_adapters_resumes_and_evaluates(tmp_path):
     args = [a for a in SMALL if not a.startswith("logging.dump")] + [
         "model.lora_rank=8", "ppo.kl_coef=0.05", f"model.cache_dir={tmp_path / 'cache'}", "eval.baseline=false"]

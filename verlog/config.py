@@ -64,6 +64,8 @@ class ModelConfig:
     lora_dropout: float = _f(0.0, "dropout on the LoRA adapters' input")
     lora_target_modules: List[str] = _f(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                                         "linear layers that get adapters")
+    lora_modules_to_save: List[str] = _f([], "modules trained in full beside the adapters and saved with them (peft "
+                                             "modules_to_save; a name matches every module ending in it, e.g. norm)")
     tiny: TinyModelConfig = _sub(TinyModelConfig, "tiny model shape (used when path = 'tiny')")
 
 
@@ -137,6 +139,8 @@ class RolloutConfig:
     vllm_gpu_memory_utilization: float = _f(0.5, "vLLM: fraction of GPU memory for weights + KV cache")
     vllm_tensor_parallel_size: int = _f(1, "vLLM: tensor-parallel size")
     vllm_cpu_kv_cache_gb: float = _f(1.0, "vLLM on CPU: KV cache size in GiB")
+    vllm_sleep_between_updates: bool = _f(False, "vLLM: sleep mode (level 1) during each update: KV cache freed, weights "
+                                                 "offloaded to host memory; CUDA/ROCm/XPU only, not yet run on a GPU")
 
 
 @dataclass
@@ -352,6 +356,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if cfg.rollout.vllm_gpu_memory_utilization > 1:
         raise ConfigError("rollout.vllm_gpu_memory_utilization: expected a fraction in (0, 1], "
                           f"got {cfg.rollout.vllm_gpu_memory_utilization}")
+    if cfg.rollout.vllm_sleep_between_updates and cfg.rollout.engine != "vllm":
+        raise ConfigError("rollout.vllm_sleep_between_updates: needs rollout.engine=vllm "
+                          f"(got {cfg.rollout.engine!r}, which has no sleep mode)")
     if cfg.rollout.top_k != -1 and cfg.rollout.top_k < 1:
         raise ConfigError(f"rollout.top_k: expected -1 (off) or a positive int, got {cfg.rollout.top_k}")
     tiny = cfg.model.tiny

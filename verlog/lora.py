@@ -28,7 +28,7 @@ ADAPTER_CONFIG = "adapter_config.json"
 
 
 def add_lora(model: torch.nn.Module, *, rank: int, alpha: float, dropout: float, target_modules: list[str],
-             base_path: str | Path, critic: bool = False) -> Any:
+             base_path: str | Path, critic: bool = False, modules_to_save: list[str] | None = None) -> Any:
     """Wrap ``model`` in LoRA adapters on ``target_modules`` (peft ``get_peft_model``).
 
     Args:
@@ -38,6 +38,8 @@ def add_lora(model: torch.nn.Module, *, rank: int, alpha: float, dropout: float,
         base_path: the directory or hub id of the base weights, recorded in the adapter's config
             (made absolute when it is a local directory).
         critic: keep the value head ``score`` fully trainable (saved with the adapter).
+        modules_to_save: more modules trained in full and saved with the adapter (e.g. ``norm``: every
+            RMSNorm, whose weights set the scale of the logits that the adapters alone cannot).
 
     Returns:
         a ``peft.PeftModel``.
@@ -50,7 +52,8 @@ def add_lora(model: torch.nn.Module, *, rank: int, alpha: float, dropout: float,
     if rank < 1:
         raise ValueError(f"LoRA rank must be >= 1, got {rank}")
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
-                        modules_to_save=["score"] if critic else None, bias="none")
+                        modules_to_save=(["score"] if critic else []) + list(modules_to_save or []) or None,
+                        bias="none")
     peft_model = get_peft_model(model, config)
     local = Path(str(base_path))
     peft_model.peft_config["default"].base_model_name_or_path = str(local.resolve()) if local.is_dir() else str(base_path)

@@ -200,7 +200,8 @@ class Trainer:
         if not self.lora:
             return model
         return add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout,
-                        target_modules=m.lora_target_modules, base_path=base_path, critic=critic)
+                        target_modules=m.lora_target_modules, base_path=base_path, critic=critic,
+                        modules_to_save=m.lora_modules_to_save)
 
     def _engines(self) -> dict[str, Any]:
         """The DeepSpeed engines by checkpoint tag: the actor, and the critic where there is one."""
@@ -287,7 +288,8 @@ class Trainer:
             return VLLMEngine(str(path), dtype=self.cfg.model.dtype,
                               max_model_len=self.cfg.memory.max_prompt_tokens + r.max_response_tokens,
                               seed=self.cfg.seed + self.rank, gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-                              tensor_parallel_size=r.vllm_tensor_parallel_size, cpu_kv_cache_gb=r.vllm_cpu_kv_cache_gb)
+                              tensor_parallel_size=r.vllm_tensor_parallel_size, cpu_kv_cache_gb=r.vllm_cpu_kv_cache_gb,
+                              sleep_mode=r.vllm_sleep_between_updates)
         from verlog.rollout.hf import HFEngine
 
         dtype = torch.bfloat16 if self.cfg.model.dtype == "bfloat16" else torch.float32
@@ -737,6 +739,10 @@ class Trainer:
                 tic = time.perf_counter()
                 batch, stats, algo_metrics = self.collect()
                 times["rollout"] = time.perf_counter() - tic
+                if cfg.rollout.vllm_sleep_between_updates:  # free the KV cache and weights for the update
+                    tic = time.perf_counter()
+                    self.engine.sleep()
+                    times["engine_sleep"] = time.perf_counter() - tic
                 turns = int(D.all_reduce_sum(torch.tensor([float(stats.turns)], device=D.device())).item())
                 trainable = D.all_reduce_min(torch.tensor([float(batch.num_real_turns)], device=D.device())).item()
                 if trainable > 0:
@@ -751,7 +757,9 @@ class Trainer:
                     upd = {"update/skipped_no_signal": 1.0}
                 tic = time.perf_counter()
                 if not warm:
-                    self.sync_weights()
+                    self.sync_weights()  # a sleeping vLLM engine wakes its weights, loads, then its KV cache
+                if getattr(self.engine, "asleep", False):  # critic warm-up: no new weights, wake as it was
+                    self.engine.wake_up()
                 times["sync"] = time.perf_counter() - tic
                 self._turns_done += turns
                 if cfg.logging.dump_batch_every and (it + 1) % cfg.logging.dump_batch_every == 0 and D.is_main():

