@@ -147,10 +147,6 @@ class ToolLoopCollector(_AgentCollector):
     def run(self, items: list[Any], sampling: SamplingParams) -> list[AgentEpisode]:
         return [(turn_samples(t), t.total_reward, None) for t in asyncio.run(self._run(items, sampling))]
 
-    def trajectories(self, items: list[Any], sampling: SamplingParams) -> list[Any]:
-        """The :class:`~verlog.agent.trajectory.Trajectory` of one conversation per item."""
-        return asyncio.run(self._run(items, sampling))
-
     async def _run(self, items: list[Any], sampling: SamplingParams) -> list[Any]:
         worker = GenerationWorker(self.engine, self.max_batch)
         engine = BatchingEngine(worker)
@@ -235,7 +231,8 @@ class ProxyCollector(_AgentCollector):
                 self.agent_fn(items[i], base_url=self.server.base_url(rid, 0), reward_url=reward_url,
                               temperature=temperature, max_tokens=self.max_response_tokens)
             except Exception as exc:  # noqa: BLE001 - reported per conversation, counted by collect()
-                return f"agent raised {type(exc).__name__}: {exc} ({traceback.format_exc(limit=1).splitlines()[-1]})"
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                return f"agent raised {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"
             return None
 
         with ThreadPoolExecutor(max_workers=len(items)) as pool:
