@@ -294,7 +294,6 @@ _CHOICES = {
     "algo.algorithm": ALGORITHMS,
     "algo.norm": ("mean_std", "mean"),
     "agent.loop": AGENT_LOOPS,
-    "agent.credit": ("gae", "final", "discounted"),
     "algo.loss_aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
 }
 _POSITIVE = (
@@ -338,7 +337,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         value = _get(cfg, key)
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{key}: expected a finite number, got {value!r}")
-    for key, choices in _CHOICES.items():
+    from verlog.proxy.adapter import CREDIT_MODES  # the adapter's own list: one source of the credit modes
+
+    for key, choices in {**_CHOICES, "agent.credit": CREDIT_MODES}.items():
         if _get(cfg, key) not in choices:
             raise ConfigError(f"{key}: expected one of {', '.join(choices)}, got {_get(cfg, key)!r}")
     for key in _POSITIVE:

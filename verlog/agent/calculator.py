@@ -114,8 +114,7 @@ def _prefixes(question: CalculatorQuestion) -> list[str]:
 def warmup_scripts(question: CalculatorQuestion) -> list[list[str]]:
     """The format warm-up's reply scripts for ``question``: for each prefix ``e`` of its expression
     that ends on an operand, ``[call calculate(e), ANSWER: <value of e>]``."""
-    return [[tool_call_text("calculate", {"expression": e}), answer_text(float(evaluate_arithmetic(e)))]
-            for e in _prefixes(question)]
+    return [[tool_call_text("calculate", {"expression": e}), answer_text(calculate(e))] for e in _prefixes(question)]
 
 
 def calculator_corpus(n: int, seed: int, max_operand: int = 99) -> list[str]:
@@ -129,12 +128,12 @@ def calculator_corpus(n: int, seed: int, max_operand: int = 99) -> list[str]:
     tools = [t.openai_schema() for t in calculator_tools()]
     texts = []
     for q in make_questions(n, seed, max_operand):
-        for script in warmup_scripts(q):
-            call = json.loads(script[0][len("<tool_call>\n"): -len("\n</tool_call>")])
+        for e in _prefixes(q):
+            result = calculate(e)
             messages = q.messages() + [
-                {"role": "assistant", "content": script[0]},
-                {"role": "tool", "content": calculate(call["arguments"]["expression"])},
-                {"role": "assistant", "content": script[1]},
+                {"role": "assistant", "content": tool_call_text("calculate", {"expression": e})},
+                {"role": "tool", "content": result},
+                {"role": "assistant", "content": answer_text(result)},
                 {"role": "tool", "content": "Error: unknown tool 'x' (available: calculate)"},
             ]
             rendered, _ = render_jinja_template([messages], tools=tools, chat_template=CHATML_TEMPLATE)
