@@ -31,6 +31,11 @@ def uses_agent(cfg: TrainConfig) -> bool:
     return cfg.agent.loop != "env"
 
 
+def task_label(cfg: TrainConfig) -> str:
+    """The task a run reports (``eval.json``, evaluation results): ``env.task``, or ``agent/<agent.task>``."""
+    return f"agent/{cfg.agent.task}" if uses_agent(cfg) else cfg.env.task
+
+
 def build_tiny_for(cfg: TrainConfig) -> Path:
     """Build (or reuse, see :func:`~verlog.models.build_tiny_model`) the tiny model of ``cfg``: its
     tokenizer is trained on ``model.tiny.corpus_episodes`` random-play episodes of ``cfg.env.task``
@@ -128,4 +133,4 @@ def evaluate_agent(cfg: TrainConfig, collector: ToolLoopCollector | ProxyCollect
     e = cfg.eval
     items = agent_task(cfg).make_items(e.episodes, e.seed)
     records = collector.evaluate(items, greedy=greedy, seed=e.seed)
-    return EvalResult.from_records(f"agent/{cfg.agent.task}", records, greedy=greedy)
+    return EvalResult.from_records(task_label(cfg), records, greedy=greedy)

@@ -41,7 +41,8 @@ from verlog.envs.registry import make_env
 from verlog.envs.vector import make_vector_env
 from verlog.agent.collect import ProxyCollector, ToolLoopCollector
 from verlog.builders import (agent_warmup_examples, build_tiny_for, decoder, evaluate_agent, evaluate_config,
-                             make_agent_collector, memory_factory, sampling_params, tiny_model_dir, uses_agent)
+                             make_agent_collector, memory_factory, sampling_params, task_label, tiny_model_dir,
+                             uses_agent)
 from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
 from verlog.lora import add_lora, merged_named_parameters
@@ -664,7 +665,7 @@ class Trainer:
 
     def _write_eval_json(self) -> None:
         trained = self.eval_results.get("trained", {}).get("greedy")
-        payload: dict[str, Any] = {"task": f"agent/{self.cfg.agent.task}" if self.agent else self.cfg.env.task}
+        payload: dict[str, Any] = {"task": task_label(self.cfg)}
         if trained:
             payload.update({k: trained[k] for k in ("success_mean", "success_se", "episodes")})
         payload.update(self.eval_results)
