@@ -40,7 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from verlog import builders  # noqa: E402
 from verlog.config import load_recipe  # noqa: E402
 from verlog.envs.registry import make_env  # noqa: E402
-from verlog.models import causal_lm_logits, load_actor, load_tokenizer  # noqa: E402
+from verlog.models import load_actor, load_tokenizer  # noqa: E402
+from verlog.scoring import pack_pairs, policy_outputs  # noqa: E402
+from verlog.warmup import format_reply  # noqa: E402
 
 ACTIONS = ("turn left", "turn right", "go forward")
 _LINE = re.compile(r"^a (\w+ \w+) (.*)$")
@@ -115,7 +117,7 @@ def probe(args: argparse.Namespace, workdir: str) -> int:
             obs, info = env.reset(seed=rng.randrange(2**31))
             ended = False
             for _ in range(rng.randrange(6)):
-                obs, _, terminated, truncated, info = env.step("ACTION: " + rng.choice(ACTIONS))
+                obs, _, terminated, truncated, info = env.step(format_reply(rng.choice(ACTIONS)))
                 if terminated or truncated:
                     ended = True
                     break
@@ -126,22 +128,14 @@ def probe(args: argparse.Namespace, workdir: str) -> int:
             out.append((memory.prompt_ids()[0], action, described))
         return out
 
-    replies = [tokenizer.encode(f"ACTION: {a}") + [tokenizer.eos_token_id] for a in ACTIONS]
+    replies = [tokenizer.encode(format_reply(a), add_special_tokens=False) + [tokenizer.eos_token_id]
+               for a in ACTIONS]
 
     def reply_logprobs(items: list[tuple[list[int], int, bool]], actions: list[int]) -> torch.Tensor:
-        """[B] summed logprob of reply ``actions[b]`` after prompt b (left-padded batch)."""
-        seqs = [ids + replies[a] for (ids, _, _), a in zip(items, actions)]
-        width = max(map(len, seqs))
-        input_ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
-        attention = torch.zeros_like(input_ids)
-        reply_mask = torch.zeros_like(input_ids, dtype=torch.bool)
-        for b, (seq, a) in enumerate(zip(seqs, actions)):
-            input_ids[b, width - len(seq):] = torch.tensor(seq)
-            attention[b, width - len(seq):] = 1
-            reply_mask[b, width - len(replies[a]):] = True
-        logprobs = torch.log_softmax(causal_lm_logits(model, input_ids, attention)[:, :-1].float(), -1)
-        token_lp = logprobs.gather(-1, input_ids[:, 1:, None])[..., 0]
-        return (token_lp * reply_mask[:, 1:]).sum(-1)
+        """[B] summed logprob of reply ``actions[b]`` after prompt b."""
+        rows = pack_pairs([ids for ids, _, _ in items], [replies[a] for a in actions], tokenizer.pad_token_id)
+        logprobs, _ = policy_outputs(model, rows)
+        return (logprobs * rows.response_mask).sum(-1)
 
     test = states(args.test_size)
     counts = [sum(a == k for _, a, _ in test) for k in range(len(ACTIONS))]

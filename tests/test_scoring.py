@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from verlog.models import build_tiny_model, load_actor, load_critic
-from verlog.scoring import batched, critic_outputs, pack_prompts, pack_rows, policy_outputs, response_positions
+from verlog.scoring import (batched, critic_outputs, pack_pairs, pack_prompts, pack_rows, policy_outputs,
+                            response_positions)
 
 torch.set_num_threads(1)
 
@@ -41,6 +42,15 @@ def test_pack_rows_concatenates_and_right_pads():
         assert rows.input_ids[i, :n].tolist() == p + r
         assert rows.attention_mask[i].tolist() == [1] * n + [0] * (rows.input_ids.shape[1] - n)
     assert response_positions(rows)[0].tolist() == [2, 3, 4]  # p - 1 + k
+
+
+def test_pack_pairs_is_pack_rows_of_the_lists():
+    prompts, responses, rows = _example()
+    pairs = pack_pairs(prompts, responses, pad_id=0)
+    for field in ("input_ids", "attention_mask", "prompt_lengths", "response_ids", "response_mask"):
+        assert torch.equal(getattr(pairs, field), getattr(rows, field)), field
+    with pytest.raises(ValueError, match="as many responses"):
+        pack_pairs(prompts, responses[:2], pad_id=0)
 
 
 def test_logprobs_and_values_match_unpadded_forward(models):

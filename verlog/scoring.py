@@ -71,6 +71,27 @@ def pack_rows(prompt_ids: torch.Tensor, prompt_lengths: torch.Tensor, response_i
     return Rows(input_ids, attention, prompt_lengths.clone(), response_ids.clone(), response_mask.clone())
 
 
+def pack_pairs(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> Rows:
+    """:func:`pack_rows` of token-id lists: row i is ``prompts[i]`` followed by ``responses[i]``.
+
+    Raises:
+        ValueError: ``prompts`` and ``responses`` differ in length, or are empty.
+    """
+    if len(prompts) != len(responses) or not prompts:
+        raise ValueError(f"pack_pairs: need as many responses as prompts (>= 1), got {len(prompts)} and {len(responses)}")
+    M = len(prompts)
+    P, R = max(len(p) for p in prompts), max(max(len(r) for r in responses), 1)
+    prompt_ids = torch.full((M, P), pad_id, dtype=torch.long)
+    response_ids = torch.full((M, R), pad_id, dtype=torch.long)
+    response_mask = torch.zeros((M, R), dtype=torch.bool)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        prompt_ids[i, : len(p)] = torch.tensor(list(p), dtype=torch.long)
+        response_ids[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
+        response_mask[i, : len(r)] = True
+    lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+    return pack_rows(prompt_ids, lengths, response_ids, response_mask, pad_id)
+
+
 def pack_prompts(prompts: Sequence[Sequence[int]], pad_id: int) -> Rows:
     """Prompt-only rows (for bootstrap values): no response tokens, R = 1 masked-out column."""
     lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from verlog.envs import make_env
-from verlog.scoring import pack_rows, policy_outputs
+from verlog.scoring import pack_pairs, policy_outputs
 
 REPLY_PREFIX = "ACTION: "
 
@@ -105,17 +105,7 @@ def format_warmup(model: torch.nn.Module, encode: Callable[[str], list[int]], eo
     for _ in range(steps):
         picked = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
         targets = [encode(rng.choice(ex.replies)) + [eos_id] for ex in picked]
-        R = max(len(t) for t in targets)
-        P = max(len(ex.prompt_ids) for ex in picked)
-        prompt_ids = torch.full((batch_size, P), pad_id, dtype=torch.long)
-        response_ids = torch.full((batch_size, R), pad_id, dtype=torch.long)
-        response_mask = torch.zeros((batch_size, R), dtype=torch.bool)
-        for i, (ex, tgt) in enumerate(zip(picked, targets)):
-            prompt_ids[i, : len(ex.prompt_ids)] = torch.tensor(ex.prompt_ids)
-            response_ids[i, : len(tgt)] = torch.tensor(tgt)
-            response_mask[i, : len(tgt)] = True
-        lengths = torch.tensor([len(ex.prompt_ids) for ex in picked])
-        rows = pack_rows(prompt_ids, lengths, response_ids, response_mask, pad_id)
+        rows = pack_pairs([ex.prompt_ids for ex in picked], targets, pad_id)
         logprobs, _ = policy_outputs(model, rows)
         loss = -(logprobs * rows.response_mask).sum() / rows.response_mask.sum()
         optimizer.zero_grad(set_to_none=True)
