@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from test_e2e import train
-from verlog.batch import TurnBatch
+from verlog.batch import ScoredBatch
 from verlog.config import ALGORITHMS, load_recipe
 from verlog.logging import read_metrics
 from verlog.models import load_actor
@@ -48,11 +48,12 @@ def test_critic_free_algorithm_trains_end_to_end(tmp_path, name):
     changed = [not torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters())]
     assert any(changed) == signal
 
-    batch = TurnBatch.load(run / "batches" / "iter_000002.pt")
+    scored = ScoredBatch.load(run / "batches" / "iter_000002.pt")
+    batch = scored.batch
     pad = ~batch.turns
-    assert batch.values is None and batch.group_ids is not None
-    assert float(batch.advantages[pad].abs().sum()) == 0.0
-    assert float(batch.advantages[~batch.response_mask].abs().sum()) == 0.0
+    assert scored.values is None and scored.returns is None and batch.group_ids is not None
+    assert float(scored.advantages[pad].abs().sum()) == 0.0
+    assert float(scored.advantages[~batch.response_mask].abs().sum()) == 0.0
 
 
 def test_gigpo_refuses_an_env_without_state_keys(tmp_path):

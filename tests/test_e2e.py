@@ -101,11 +101,13 @@ def test_verlog_eval_on_the_checkpoint(run):
 
 
 def test_dumped_batch_reloads(run):
-    from verlog.batch import TurnBatch
+    from verlog.batch import ScoredBatch
 
     run_dir, _, _ = run
-    batch = TurnBatch.load(run_dir / "batches" / "iter_000002.pt")
-    assert batch.advantages is not None and batch.advantages.shape == batch.response_mask.shape
+    scored = ScoredBatch.load(run_dir / "batches" / "iter_000002.pt")
+    batch = scored.batch
+    assert scored.advantages is not None and scored.advantages.shape == batch.response_mask.shape
+    assert scored.values is not None and scored.returns is not None and scored.bootstrap_values is not None
     assert batch.num_turns == 4 and batch.num_envs == 4
 
 
@@ -168,13 +170,14 @@ def test_zero3_with_reference_kl_entropy_and_kl_early_stop(tmp_path):
 
 def test_kl_in_reward_runs(tmp_path):
     short_run(tmp_path, "klr", "ppo.kl_coef=0.05", "ppo.kl_in_reward=true", "logging.dump_batch_every=3")
-    from verlog.batch import TurnBatch
+    from verlog.batch import ScoredBatch
 
-    batch = TurnBatch.load(tmp_path / "klr" / "batches" / "iter_000003.pt")
+    scored = ScoredBatch.load(tmp_path / "klr" / "batches" / "iter_000003.pt")
+    batch = scored.batch
     # with the KL in the reward, non-final response tokens carry a (generally non-zero) penalty
     inner = batch.response_mask.clone()
     inner.scatter_(2, (batch.response_lengths - 1).unsqueeze(-1), False)
-    assert batch.ref_logprobs is not None and bool((batch.token_rewards[inner] != 0).any())
+    assert scored.ref_logprobs is not None and bool((scored.token_rewards[inner] != 0).any())
 
 
 @pytest.mark.parametrize("task", ["babaisai/goto_win", "crafter/default"])

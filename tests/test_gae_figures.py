@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from verlog.batch import TurnBatch
+from verlog.batch import ScoredBatch, TurnBatch
 from verlog.cli import plot_main
 from verlog.gae_figures import (
     episode_positions,
@@ -57,11 +57,10 @@ def test_episode_positions_count_from_episode_start_and_to_its_end():
 
 def test_turn_points_take_turn_value_and_first_token_return():
     b = make_batch([[0.0, 0.0], [0.0, 0.0]], [[2, 1], [1, 2]], [[True, False], [False, False]])
-    with pytest.raises(ValueError, match="not scored|before scoring"):
-        turn_points(b)
-    b.values = torch.tensor([[[1.0, 9.0], [2.0, 9.0]], [[3.0, 9.0], [4.0, 9.0]]])
-    b.returns = torch.tensor([[[1.5, 7.0], [1.0, 0.0]], [[3.0, 0.0], [6.0, 7.0]]])
-    p = turn_points(b)
+    with pytest.raises(ValueError, match="no values/returns"):
+        turn_points(ScoredBatch(b))
+    p = turn_points(ScoredBatch(b, values=torch.tensor([[[1.0, 9.0], [2.0, 9.0]], [[3.0, 9.0], [4.0, 9.0]]]),
+                                returns=torch.tensor([[[1.5, 7.0], [1.0, 0.0]], [[3.0, 0.0], [6.0, 7.0]]])))
     assert p.value.tolist() == [1.0, 2.0, 3.0, 4.0] and p.ret.tolist() == [1.5, 1.0, 3.0, 6.0]
     assert p.advantage.tolist() == [0.5, -1.0, 0.0, 2.0]
     assert p.t.tolist() == [0, 0, 1, 1] and p.env.tolist() == [0, 1, 0, 1]
@@ -92,8 +91,7 @@ def test_explained_variance_series_skips_missing_and_nan():
 def test_gae_sweep_step_discount_by_hand():
     # one env, three one-token turns, V = 0; rewards 1, 0, 2; terminated after t=0; bootstrap 0 after t=2.
     b = make_batch([[1.0], [0.0], [2.0]], [[1], [1], [1]], [[True], [False], [False]], R=1)
-    b.values = torch.zeros(3, 1, 1)
-    b.bootstrap_values = torch.zeros(3, 1)
+    b = ScoredBatch(b, values=torch.zeros(3, 1, 1), bootstrap_values=torch.zeros(3, 1))
     ones = dict(gamma_step=1.0, lam_step=1.0, gamma_token=1.0, lam_token=1.0)
     base, half = gae_sweep(b, ones, {"gamma_step": [0.5, 1.0]})  # 1.0 equals the base: not repeated
     # gamma_step = 1: A = [1 (terminated), 0 + A(t=2) = 2, 2]; turn index in episode [0, 0, 1]
@@ -107,15 +105,14 @@ def test_gae_sweep_step_discount_by_hand():
 
 def test_gae_sweep_token_discount_by_hand_and_saved_token_rewards():
     # one two-token turn that terminates: V = [0.5, 2.0], reward 1 on the last token.
-    b = make_batch([[1.0]], [[2]], [[True]], R=2)
-    b.values = torch.tensor([[[0.5, 2.0]]])
+    b = ScoredBatch(make_batch([[1.0]], [[2]], [[True]], R=2), values=torch.tensor([[[0.5, 2.0]]]))
     ones = dict(gamma_step=1.0, lam_step=1.0, gamma_token=1.0, lam_token=1.0)
     base, half = gae_sweep(b, ones, {"gamma_token": [0.5]})
     # A_1 = 1 - 2 = -1; A_0 = g*2 - 0.5 + g*1*A_1 = g - 0.5
     assert base.by_turn_index == pytest.approx({0: 0.5}) and base.mean_abs_advantage == pytest.approx(0.75)
     assert half.by_turn_index == pytest.approx({0: 0.0}) and half.mean_abs_advantage == pytest.approx(0.5)
     assert half.abs_by_turn_index == pytest.approx({0: 0.0})
-    b.token_rewards = torch.tensor([[[0.0, 3.0]]])  # saved token rewards win over the env reward
+    b = ScoredBatch(b.batch, values=b.values, token_rewards=torch.tensor([[[0.0, 3.0]]]))  # saved token rewards win
     (base,) = gae_sweep(b, ones, {})
     assert base.by_turn_index == pytest.approx({0: 2.5})  # A_1 = 1, A_0 = 2 - 0.5 + 1
     with pytest.raises(ValueError, match="discount keys"):

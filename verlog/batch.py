@@ -36,10 +36,23 @@ every turn whose value chain cannot continue inside the batch: the last turn t =
 truncated turn (the final observation of the cut episode). Their critic values become
 ``bootstrap_values`` for :func:`verlog.algos.gae.dual_discount_gae`.
 
-Fields filled by scoring (same shapes as above, ``None`` until then): ``old_logprobs``,
-``ref_logprobs``, ``values`` (V_k at response token k: the critic's value of the state before
-token k, so ``values[..., 0]`` is the turn value), ``bootstrap_values`` [T, N], ``token_rewards``,
-``advantages``, ``returns``.
+A TurnBatch holds what was collected and nothing else: scoring returns its outputs
+(:class:`~verlog.scoring.Scores`) and the advantage step returns its own
+(:class:`~verlog.advantages.Advantages`). :class:`ScoredBatch` bundles the three for dumps and
+analysis, with these fields (same shapes as above; ``None`` when the run does not compute them):
+
+====================  ===========  ==============================================================
+field                 shape        meaning
+====================  ===========  ==============================================================
+old_logprobs          [T, N, R]    the actor's logprobs of the response tokens before the update
+ref_logprobs          [T, N, R]    the reference policy's logprobs (only with a KL term)
+values                [T, N, R]    V_k: the critic's value of the state before token k
+                                   (``values[..., 0]`` is the turn value; PPO only)
+bootstrap_values      [T, N]       critic value of each bootstrap prompt, 0 elsewhere (PPO only)
+token_rewards         [T, N, R]    rewards placed on response tokens (PPO only)
+advantages            [T, N, R]    the advantages the policy loss used (whitened when configured)
+returns               [T, N, R]    the critic's targets (PPO only)
+====================  ===========  ==============================================================
 """
 
 from __future__ import annotations
@@ -71,13 +84,6 @@ class TurnBatch:
     turn_mask: Optional[torch.Tensor] = None
     group_ids: Optional[torch.Tensor] = None
     state_ids: Optional[torch.Tensor] = None
-    old_logprobs: Optional[torch.Tensor] = None
-    ref_logprobs: Optional[torch.Tensor] = None
-    values: Optional[torch.Tensor] = None
-    bootstrap_values: Optional[torch.Tensor] = None
-    token_rewards: Optional[torch.Tensor] = None
-    advantages: Optional[torch.Tensor] = None
-    returns: Optional[torch.Tensor] = None
 
     @property
     def num_turns(self) -> int:
@@ -189,19 +195,19 @@ class TurnBatch:
     def concat_envs(batches: list["TurnBatch"]) -> "TurnBatch":
         """Join whole-episode batches side by side (env axis), padding turns and prompts.
 
-        Only unscored batches without bootstrap prompts (whole-episode batches) can be joined;
+        Only batches without bootstrap prompts (whole-episode batches) can be joined;
         ``group_ids`` and ``episode_ids`` must already be distinct between the batches.
 
         Raises:
-            ValueError: no batch, a scored batch, bootstrap prompts, different pad ids or response
+            ValueError: no batch, bootstrap prompts, different pad ids or response
                 widths, or ``group_ids``/``state_ids`` present in some batches only.
         """
         if not batches:
             raise ValueError("concat_envs: no batch")
         first = batches[0]
         for b in batches:
-            if b.old_logprobs is not None or b.bootstrap_prompts:
-                raise ValueError("concat_envs: only unscored whole-episode batches can be joined")
+            if b.bootstrap_prompts:
+                raise ValueError("concat_envs: only whole-episode batches (no bootstrap prompts) can be joined")
             if b.pad_id != first.pad_id or b.response_ids.shape[2] != first.response_ids.shape[2]:
                 raise ValueError("concat_envs: batches differ in pad_id or response width")
             for name in ("group_ids", "state_ids"):
@@ -234,17 +240,57 @@ class TurnBatch:
             turn_mask=join("turn_mask", False), group_ids=join("group_ids", -1), state_ids=join("state_ids", 0),
         )
 
-    def save(self, path: Path) -> None:
-        """Write every tensor field (and the bootstrap prompts) with ``torch.save`` for analysis."""
+    def to_dict(self) -> dict:
+        """Every field as tensors and plain types (bootstrap prompts keyed ``"t,n"``), for ``torch.save``."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["bootstrap_prompts"] = {f"{t},{n}": ids for (t, n), ids in self.bootstrap_prompts.items()}
+        return data
+
+    @staticmethod
+    def from_dict(data: dict) -> "TurnBatch":
+        """Inverse of :meth:`to_dict`; keys that are not fields are ignored."""
+        names = {f.name for f in fields(TurnBatch)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        kwargs["bootstrap_prompts"] = {
+            tuple(int(x) for x in key.split(",")): ids for key, ids in data["bootstrap_prompts"].items()
+        }
+        return TurnBatch(**kwargs)
+
+
+#: What scoring and the advantage step compute from a batch (see the module docstring's second table).
+COMPUTED_FIELDS = ("old_logprobs", "ref_logprobs", "values", "bootstrap_values", "token_rewards", "advantages",
+                   "returns")
+
+
+@dataclass(frozen=True)
+class ScoredBatch:
+    """A collected :class:`TurnBatch` with what was computed from it, assembled once after the
+    advantage step; the run's ``batches/iter_<k>.pt`` dumps and the GAE figures use it.
+
+    The computed fields are described in the module docstring's second table.
+    """
+
+    batch: TurnBatch
+    old_logprobs: Optional[torch.Tensor] = None
+    ref_logprobs: Optional[torch.Tensor] = None
+    values: Optional[torch.Tensor] = None
+    bootstrap_values: Optional[torch.Tensor] = None
+    token_rewards: Optional[torch.Tensor] = None
+    advantages: Optional[torch.Tensor] = None
+    returns: Optional[torch.Tensor] = None
+
+    def save(self, path: Path) -> None:
+        """Write the batch and the computed tensors with ``torch.save`` (tensors and plain types only)."""
+        data = self.batch.to_dict()
+        data["computed"] = {name: getattr(self, name) for name in COMPUTED_FIELDS if getattr(self, name) is not None}
         torch.save(data, path)
 
     @staticmethod
-    def load(path: Path) -> "TurnBatch":
-        """Read a batch written by :meth:`save` (tensors only, ``weights_only=True``)."""
+    def load(path: Path) -> "ScoredBatch":
+        """Read a file written by :meth:`save` with ``weights_only=True`` (nothing is unpickled).
+
+        Files of earlier versions, which kept the computed tensors beside the batch fields, load too.
+        """
         data = torch.load(path, weights_only=True)
-        data["bootstrap_prompts"] = {
-            tuple(int(x) for x in key.split(",")): ids for key, ids in data["bootstrap_prompts"].items()
-        }
-        return TurnBatch(**data)
+        computed = data.get("computed", {k: data.get(k) for k in COMPUTED_FIELDS})
+        return ScoredBatch(TurnBatch.from_dict(data), **{k: computed.get(k) for k in COMPUTED_FIELDS})

@@ -9,7 +9,7 @@ dataclasses out; tested on hand-made batches) and a ``draw_*`` function (data in
 Notation: T turns per env, N envs, R response-token slots (see :mod:`verlog.batch`). "Turn value"
 is V_0 = ``values[t, n, 0]`` (the critic at the last prompt token); the turn's return is
 R_0 = ``returns[t, n, 0]``; the turn's (unwhitened) advantage is A_0 = R_0 - V_0, the GAE advantage
-of the first response token (``returns = advantages + values`` before whitening, DESIGN.md).
+of the first response token (``returns = advantages + values`` before whitening).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from verlog.plots import plt  # Agg backend is selected there
 from matplotlib.ticker import MaxNLocator
 from verlog.algos.gae import dual_discount_gae
 from verlog.algos.rewards import token_rewards
-from verlog.batch import TurnBatch
+from verlog.batch import ScoredBatch
 from verlog.config import GAEConfig
 from verlog.logging import read_metrics
 
@@ -101,18 +101,19 @@ class TurnPoints:
     env: np.ndarray
 
 
-def turn_points(batch: TurnBatch) -> TurnPoints:
+def turn_points(scored: ScoredBatch) -> TurnPoints:
     """Per-turn value, return, advantage and episode position of a scored batch.
 
     Raises:
-        ValueError: the batch has no ``values`` or ``returns`` (it was not scored).
+        ValueError: the batch has no ``values`` or ``returns`` (a critic-free run has neither).
     """
-    if batch.values is None or batch.returns is None:
-        raise ValueError("the batch has no values/returns (it was saved before scoring)")
+    if scored.values is None or scored.returns is None:
+        raise ValueError("the batch has no values/returns (a run without a critic)")
+    batch = scored.batch
     T, N = batch.num_turns, batch.num_envs
     index, to_end = episode_positions(batch.terminated, batch.truncated)
-    v = batch.values[..., 0].double().cpu().numpy().reshape(-1)
-    r = batch.returns[..., 0].double().cpu().numpy().reshape(-1)
+    v = scored.values[..., 0].double().cpu().numpy().reshape(-1)
+    r = scored.returns[..., 0].double().cpu().numpy().reshape(-1)
     tt, nn = np.meshgrid(np.arange(T), np.arange(N), indexing="ij")
     return TurnPoints(value=v, ret=r, advantage=r - v, turn_index=index.reshape(-1),
                       steps_to_end=to_end.reshape(-1), t=tt.reshape(-1), env=nn.reshape(-1))
@@ -181,7 +182,7 @@ class SweepResult:
     abs_by_turn_index: dict[int, float]
 
 
-def gae_sweep(batch: TurnBatch, base: dict[str, float],
+def gae_sweep(scored: ScoredBatch, base: dict[str, float],
               grid: dict[str, Sequence[float]] | None = None) -> list[SweepResult]:
     """Recompute :func:`dual_discount_gae` on a scored batch for the base setting and for each
     alternative value in ``grid`` (one discount varied at a time, the others at ``base``).
@@ -190,7 +191,7 @@ def gae_sweep(batch: TurnBatch, base: dict[str, float],
     environment reward on each turn's last token. ``bootstrap_values`` missing means 0.
 
     Args:
-        batch: a scored batch (``values`` set).
+        scored: a scored batch (``values`` set).
         base: the four discounts (keys :data:`GAE_KEYS`), e.g. the run's ``gae`` config.
         grid: ``{key: values}``; default :data:`DEFAULT_SWEEP`. Values equal to the base are skipped.
 
@@ -201,16 +202,17 @@ def gae_sweep(batch: TurnBatch, base: dict[str, float],
         ValueError: no ``values`` in the batch, an unknown key, or a discount outside [0, 1]
             (from :func:`dual_discount_gae`).
     """
-    if batch.values is None:
-        raise ValueError("the batch has no values (it was saved before scoring)")
+    if scored.values is None:
+        raise ValueError("the batch has no values (a run without a critic)")
+    batch = scored.batch
     grid = DEFAULT_SWEEP if grid is None else grid
     unknown = sorted(set(grid) - set(GAE_KEYS)) + sorted(set(GAE_KEYS) - set(base))
     if unknown:
         raise ValueError(f"gae_sweep: unknown or missing discount keys {unknown} (expected {GAE_KEYS})")
-    values = batch.values.double()
+    values = scored.values.double()
     mask = batch.response_mask
-    rewards = batch.token_rewards if batch.token_rewards is not None else token_rewards(batch.rewards, mask)
-    boot = batch.bootstrap_values if batch.bootstrap_values is not None else torch.zeros(batch.rewards.shape)
+    rewards = scored.token_rewards if scored.token_rewards is not None else token_rewards(batch.rewards, mask)
+    boot = scored.bootstrap_values if scored.bootstrap_values is not None else torch.zeros(batch.rewards.shape)
     index, _ = episode_positions(batch.terminated, batch.truncated)
 
     def run(settings: dict[str, float], varied: str | None) -> SweepResult:
@@ -392,7 +394,7 @@ def write_gae_figures(run_dir: Path, out_dir: Path | None = None,
         log(f"skipped {needs}: no dumped batches in {run_dir / 'batches'} (train with logging.dump_batch_every > 0)")
         return written
     try:
-        batch = TurnBatch.load(path)
+        batch = ScoredBatch.load(path)
         points = turn_points(batch)
     except Exception as err:  # noqa: BLE001 - any unreadable file is reported, not raised
         log(f"skipped {needs}: cannot use {path}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
