@@ -38,34 +38,44 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 from perfbench import load_note, result_line, tiny_config  # noqa: E402
-from verlog.batch import TurnBatch  # noqa: E402
+from verlog import update as U  # noqa: E402
+from verlog.advantages import compute_advantages  # noqa: E402
 from verlog.builders import tiny_model_dir  # noqa: E402
+from verlog.collection import collect_batch  # noqa: E402
 from verlog.models import load_actor, load_critic  # noqa: E402
-from verlog.scoring import Rows, gather_response  # noqa: E402
+from verlog.scoring import Rows, gather_response, score_batch, turn_rows  # noqa: E402
 from verlog.trainer import Trainer  # noqa: E402
 
 GOAL = 0.80
 
 
-def prepared_batch(trainer: Trainer) -> tuple[TurnBatch, Rows]:
-    """One collected, scored batch with advantages: what ``update`` consumes."""
-    batch, _, _ = trainer.collect()
-    rows = trainer.score(batch)
-    trainer.compute_advantages(batch)
-    return batch, rows
+def prepared_rows(trainer: Trainer) -> U.TrainingRows:
+    """One collected, scored batch with advantages, as the rows ``update`` consumes."""
+    m = trainer.models
+    batch, _, _ = collect_batch(trainer.collector, trainer.cfg, dynamic_sampling=False)
+    rows = turn_rows(batch)
+    scores = score_batch(batch, rows, actor=m.actor, critic=m.critic, reference=m.reference,
+                         micro_batch_size=trainer.cfg.ppo.micro_batch_size)
+    return U.TrainingRows.of(batch, rows, scores, compute_advantages(batch, scores, trainer.cfg))
 
 
-def time_update(trainer: Trainer, batch: TurnBatch, rows: Rows, repeats: int,
-                rng_state: torch.Tensor) -> list[float]:
+def run_update(trainer: Trainer, data: U.TrainingRows) -> None:
+    """One update of the trainer's actor and critic, as an iteration runs it."""
+    U.update(data, actor=trainer.actor, critic=trainer.critic, spec=trainer.spec, cfg=trainer.cfg.ppo,
+             aggregation=trainer.spec.aggregation or trainer.cfg.algo.loss_aggregation, rng=trainer.update_rng,
+             skipped=trainer.skipped, train_actor=True, pad_id=int(trainer.tokenizer.pad_token_id))
+
+
+def time_update(trainer: Trainer, data: U.TrainingRows, repeats: int, rng_state: torch.Tensor) -> list[float]:
     """Seconds of each of ``repeats`` timed ``update`` calls (after one untimed call); every call
     starts from the update RNG state ``rng_state``, so all draw the same permutations."""
-    trainer._update_rng.set_state(rng_state)
-    trainer.update(batch, rows, train_actor=True)
+    trainer.update_rng.set_state(rng_state)
+    run_update(trainer, data)
     times = []
     for _ in range(repeats):
-        trainer._update_rng.set_state(rng_state)
+        trainer.update_rng.set_state(rng_state)
         tic = time.perf_counter()
-        trainer.update(batch, rows, train_actor=True)
+        run_update(trainer, data)
         times.append(time.perf_counter() - tic)
     return times
 
@@ -106,7 +116,7 @@ def bare_update(trainer: Trainer, models: tuple[torch.nn.Module, torch.nn.Module
     lengths = rows.attention_mask.sum(-1)
     for _epoch in range(cfg.epochs):
         for idx in torch.randperm(len(rows), generator=gen).tensor_split(cfg.minibatches):
-            micro = [mi for mi in trainer._micro_batches(idx, lengths).batches if mi.numel()]
+            micro = [mi for mi in U.micro_batches(idx, lengths, cfg).batches if mi.numel()]
             for model, optimizer, actor in zip(models, optimizers, (True, False)):
                 bare_pass(model, optimizer, rows, micro, cfg.max_grad_norm, actor)
 
@@ -149,16 +159,17 @@ def main(argv: list[str] | None = None) -> int:
         cfg = tiny_config([*overrides, f"run_root={tmp}", "name=bench_update", *args.overrides])
         trainer = Trainer(cfg)
         try:
-            batch, rows = prepared_batch(trainer)
-            rng_state = trainer._update_rng.get_state()
-            t_update = statistics.median(time_update(trainer, batch, rows, args.repeats, rng_state))
+            data = prepared_rows(trainer)
+            rows = data.rows
+            rng_state = trainer.update_rng.get_state()
+            t_update = statistics.median(time_update(trainer, data, args.repeats, rng_state))
             t_bare = statistics.median(time_bare(trainer, rows, args.repeats, rng_state))
         finally:
-            trainer.venv.close()
+            trainer.collector.close()
     ppo = cfg.ppo
     tokens = ppo.epochs * int(rows.attention_mask.sum())
     first = torch.arange(len(rows)).tensor_split(ppo.minibatches)[0]
-    n_micro = len(trainer._micro_batches(first, rows.attention_mask.sum(-1)).batches)
+    n_micro = len(U.micro_batches(first, rows.attention_mask.sum(-1), ppo).batches)
     print(f"bench_update: {len(rows)} rows, {int(rows.attention_mask.sum())} tokens, {ppo.epochs} epochs x "
           f"{ppo.minibatches} minibatches x {n_micro} micro-batches of <= {ppo.micro_batch_size} rows, actor + critic, "
           f"ZeRO-{cfg.deepspeed.zero_stage}, {torch.get_num_threads()} threads; update {t_update:.2f} s, bare "

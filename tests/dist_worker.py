@@ -27,7 +27,7 @@ def main() -> None:
         engine_digest.update(tensor.detach().to(torch.float32).contiguous().numpy().tobytes())
     report = {"rank": D.rank(), "world": D.world_size(), "actor": digest.hexdigest(),
               "engine": engine_digest.hexdigest(), "turns_per_batch": trainer.turns_per_batch,
-              "turns_done": trainer._turns_done}
+              "turns_done": trainer.turns_done}
     (out_dir / f"rank{D.rank()}.json").write_text(json.dumps(report))
 
 

@@ -146,7 +146,7 @@ def test_rounds_differ_and_resume_from_state_dict():
 
 
 def test_collect_stats_merge_in_trainer():
-    from verlog.trainer import _merge_stats
+    from verlog.collection import merge_stats as _merge_stats
 
     a, b = CollectStats(turns=3, invalid_actions=1), CollectStats(turns=2, env_faults=1)
     b.prompt_tokens.append(7)

@@ -1,8 +1,11 @@
-"""Components built from a :class:`~verlog.config.TrainConfig`, shared by training and ``verlog-eval``."""
+"""Components built from a :class:`~verlog.config.TrainConfig`, shared by training and ``verlog-eval``:
+the base model, the format warm-up, memories, decoding, the collector of the run, evaluation."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -11,12 +14,18 @@ from verlog.agent.collect import ProxyCollector, ToolLoopCollector, load_agent_f
 from verlog.agent.loop import AgentLimits, ToolAgentLoop
 from verlog.agent.scripted import scripted_examples
 from verlog.agent.tasks import AgentTask, make_agent_task
-from verlog.config import MemoryConfig, RolloutConfig, TrainConfig
+from verlog import distributed as D
+from verlog.algos.registry import AlgorithmSpec
+from verlog.config import ConfigError, MemoryConfig, RolloutConfig, TrainConfig
+from verlog.envs.registry import make_env
+from verlog.envs.vector import make_vector_env
 from verlog.evaluate import EvalResult, evaluate
 from verlog.memory import WindowMemory
-from verlog.models import build_tiny_model
+from verlog.models import build_tiny_model, load_actor
+from verlog.rollout.collector import FixedTurnCollector
 from verlog.rollout.engine import RolloutEngine, SamplingParams
-from verlog.warmup import WarmupExample, env_corpus
+from verlog.rollout.episodes import EpisodeCollector
+from verlog.warmup import WarmupExample, collect_prompts, env_corpus, format_warmup
 
 
 def tiny_model_dir(cfg: TrainConfig) -> Path:
@@ -53,6 +62,113 @@ def build_tiny_for(cfg: TrainConfig) -> Path:
     return build_tiny_model(tiny_model_dir(cfg), corpus, seed=tiny.seed, vocab_size=tiny.vocab_size,
                             hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
                             num_kv_heads=tiny.num_kv_heads, intermediate_size=tiny.intermediate_size)
+
+
+def base_model_path(cfg: TrainConfig) -> str | Path:
+    """Where the run's base model is: ``model.path``, or the tiny model of the task (built on rank 0)."""
+    if cfg.model.path != "tiny":
+        return cfg.model.path
+    if D.is_main():
+        build_tiny_for(cfg)
+    D.barrier()
+    return tiny_model_dir(cfg)
+
+
+def run_format_warmup(cfg: TrainConfig, tokenizer: Any, make_memory: Callable[[], Any], base_path: str | Path,
+                      out: Path) -> float | None:
+    """Teach the reply format to the base model and save the result to ``out`` (rank 0; every rank waits).
+
+    The examples are random-play prompts of ``env.task`` (or a tool task's scripted conversations),
+    each with every valid reply (:mod:`verlog.warmup`).
+
+    Returns:
+        The warm-up's seconds on rank 0, None on the other ranks.
+    """
+    fw = cfg.format_warmup
+    seconds = None
+    if D.is_main():
+        tic = time.perf_counter()
+        model = load_actor(base_path)
+        if uses_agent(cfg):
+            examples = agent_warmup_examples(cfg, tokenizer, items=fw.episodes, seed=cfg.seed + 77)
+        else:
+            examples = collect_prompts(cfg.env.task, make_memory, episodes=fw.episodes, seed=cfg.seed + 77,
+                                       env_kwargs=cfg.env.env_kwargs())
+        losses = format_warmup(model, lambda s: tokenizer.encode(s, add_special_tokens=False),
+                               int(tokenizer.eos_token_id), int(tokenizer.pad_token_id), examples, steps=fw.steps,
+                               batch_size=fw.batch_size, lr=fw.lr, seed=cfg.seed)
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        seconds = time.perf_counter() - tic
+        print(f"format warm-up: {fw.steps} steps on {len(examples)} prompts, target NLL "
+              f"{losses[0]:.3f} -> {losses[-1]:.3f} nats/token ({seconds:.1f} s)", flush=True)
+    D.barrier()
+    return seconds
+
+
+def check_state_keys(cfg: TrainConfig) -> None:
+    """An algorithm that groups turns by exact state (GiGPO) needs an env that reports state keys.
+
+    Raises:
+        ConfigError: one line naming ``algo.algorithm`` and the env.
+    """
+    env = make_env(cfg.env.task, **cfg.env.env_kwargs())
+    try:
+        env.reset(seed=0)
+        env.unwrapped.state_key
+    except NotImplementedError:
+        raise ConfigError(f"algo.algorithm: {cfg.algo.algorithm} groups turns by exact game state, and {cfg.env.task} "
+                          "does not report a state key (TextEnv.state_key); use grpo or another algorithm") from None
+    finally:
+        env.close()
+
+
+def make_collector(cfg: TrainConfig, spec: AlgorithmSpec, engine: RolloutEngine, tokenizer: Any, *,
+                   make_memory: Callable[[], Any], seed: int) -> Any:
+    """The run's :class:`~verlog.rollout.engine.Collector`: tool conversations (``agent.loop`` tools
+    or proxy), whole episodes in groups (algorithms without a critic), or T x N turns (PPO).
+
+    Args:
+        seed: this rank's environment seed.
+    """
+    pad_id = int(tokenizer.pad_token_id)
+    group_size = cfg.algo.group_size if not spec.needs_critic else 1
+    if uses_agent(cfg):
+        return make_agent_collector(cfg, engine, tokenizer, pad_id=pad_id, seed=seed, group_size=group_size)
+    venv = make_vector_env(cfg.env.task, cfg.env.num_envs, seed=seed, mode=cfg.env.vector_mode,
+                           env_kwargs=cfg.env.env_kwargs(), step_timeout_s=cfg.env.step_timeout_s,
+                           restart_attempts=cfg.env.restart_attempts, state_keys=spec.needs_state_keys)
+    memories = [make_memory() for _ in range(cfg.env.num_envs)]
+    sampling = sampling_params(cfg.rollout)
+    if not spec.needs_critic:  # whole episodes in groups sharing a start state
+        return EpisodeCollector(venv, memories, engine, decoder(tokenizer), sampling, pad_id, seed=seed,
+                                group_size=group_size, state_keys=spec.needs_state_keys)
+    return FixedTurnCollector(venv, memories, engine, decoder(tokenizer), sampling, cfg.rollout.turns_per_env,
+                              pad_id, seed=seed)
+
+
+def evaluate_policy(cfg: TrainConfig, engine: RolloutEngine, tokenizer: Any, collector: Any, *,
+                    greedy: bool) -> EvalResult:
+    """Fixed-seed evaluation of the run's current policy: :func:`evaluate_config` on the text env, or
+    :func:`evaluate_agent` through the run's own tool loop or agent."""
+    if uses_agent(cfg):
+        return evaluate_agent(cfg, collector, greedy=greedy)
+    return evaluate_config(cfg, engine, tokenizer, greedy=greedy)
+
+
+def eval_payload(cfg: TrainConfig, eval_results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``eval.json``: the task, the trained policy's greedy success (mean, standard error, episodes)
+    on top, then every evaluation of the run by label (``untrained``, ``iter_<k>``, ``trained``)."""
+    trained = eval_results.get("trained", {}).get("greedy")
+    payload: dict[str, Any] = {"task": task_label(cfg)}
+    if trained:
+        payload.update({k: trained[k] for k in ("success_mean", "success_se", "episodes")})
+    payload.update(eval_results)
+    return payload
 
 
 def memory_factory(memory: MemoryConfig, tokenizer: Any) -> Callable[[], WindowMemory]:

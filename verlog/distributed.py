@@ -1,4 +1,5 @@
-"""DeepSpeed set-up: process group, ZeRO engine configs, rank helpers, parameter gathering.
+"""DeepSpeed set-up: process group, ZeRO engine configs, rank helpers, reductions over ranks,
+parameter gathering.
 
 One process (the CPU default) is a world of size 1 on loopback; under ``deepspeed`` or
 ``torchrun`` the launcher's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* variables are used as they are.
@@ -101,6 +102,32 @@ def all_reduce_max(x: torch.Tensor) -> torch.Tensor:
     if world_size() > 1:
         dist.all_reduce(out, op=dist.ReduceOp.MAX)
     return out
+
+
+def sum_over_ranks(x: float) -> float:
+    """A Python number summed over data-parallel ranks (as a float tensor on this rank's device)."""
+    return float(all_reduce_sum(torch.tensor([float(x)], device=device())).item())
+
+
+def min_over_ranks(x: float) -> float:
+    """The smallest of a Python number over data-parallel ranks."""
+    return float(all_reduce_min(torch.tensor([float(x)], device=device())).item())
+
+
+def max_over_ranks(x: float) -> float:
+    """The largest of a Python number over data-parallel ranks."""
+    return float(all_reduce_max(torch.tensor([float(x)], device=device())).item())
+
+
+def any_rank(flag: bool) -> bool:
+    """Whether ``flag`` is true on at least one rank (every rank gets the same answer)."""
+    return sum_over_ranks(1.0 if flag else 0.0) > 0
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing to wait for in a world of one)."""
+    if world_size() > 1:
+        dist.barrier()
 
 
 def ds_config(*, zero_stage: int, micro_batch_size: int, grad_accum_steps: int, max_grad_norm: float,

@@ -5,16 +5,20 @@ row whose prompt has p tokens, the model output at position ``p - 1 + k`` is bot
 vector that predicts token k and the critic's value V_k of the state before token k is generated
 (so V_0, at the last prompt token, is the turn value). Right padding keeps positions 0..S-1 natural,
 so no position ids are needed.
+
+:func:`score_batch` runs the actor, the reference policy and the critic over a batch's turns
+without gradients and returns what they give (:class:`Scores`); nothing is written into the batch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from verlog.algos.losses import entropy_from_logits, logprobs_from_logits
+from verlog.batch import TurnBatch
 
 
 @dataclass
@@ -163,3 +167,76 @@ def batched(fn: Callable[[Rows], torch.Tensor], rows: Rows, micro_batch_size: in
     result = torch.empty_like(out)
     result[order] = out
     return result
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What scoring computed for a batch of T x N turns (R response-token slots).
+
+    Attributes:
+        old_logprobs: [T, N, R] float32, the actor's logprobs of the response tokens before the
+            update (zero on padding turns).
+        ref_logprobs: [T, N, R] float32, the reference policy's, or None without a KL term.
+        values: [T, N, R] float32, V_k of the critic (``values[..., 0]`` is the turn value), or None
+            for algorithms without a critic.
+        bootstrap_values: [T, N] float32, the critic's value of each bootstrap prompt
+            (``batch.bootstrap_prompts``), 0 elsewhere; None without a critic.
+    """
+
+    old_logprobs: torch.Tensor
+    ref_logprobs: Optional[torch.Tensor] = None
+    values: Optional[torch.Tensor] = None
+    bootstrap_values: Optional[torch.Tensor] = None
+
+
+def turn_positions(batch: TurnBatch) -> torch.Tensor:
+    """long [M]: flat positions ``t * N + n`` of the batch's real turns (the training rows, in order)."""
+    return batch.turns.flatten().nonzero().squeeze(1)
+
+
+def turn_rows(batch: TurnBatch) -> Rows:
+    """The batch's real turns as rows (:func:`turn_positions` order)."""
+    pos = turn_positions(batch)
+    flat = lambda x: x.flatten(0, 1)[pos]  # noqa: E731
+    return pack_rows(flat(batch.prompt_ids), flat(batch.prompt_lengths), flat(batch.response_ids),
+                     flat(batch.response_mask), batch.pad_id)
+
+
+def score_batch(batch: TurnBatch, rows: Rows, *, actor: Any, micro_batch_size: int,
+                reference: Callable[[Rows], torch.Tensor] | None = None, critic: Any = None) -> Scores:
+    """Old logprobs, reference logprobs, values and bootstrap values of a batch, without gradients.
+
+    Args:
+        batch: the collected batch; ``rows``: :func:`turn_rows` of it.
+        actor: the actor (a DeepSpeed engine or a causal LM); put in eval mode.
+        micro_batch_size: rows per forward pass.
+        reference: rows -> reference logprobs [M, R], or None when no KL term is used.
+        critic: the critic (put in eval mode), or None for algorithms without one.
+
+    Returns:
+        :class:`Scores`; padding turns hold zeros.
+    """
+    T, N = batch.num_turns, batch.num_envs
+    pos = turn_positions(batch)
+    shape = batch.response_mask.shape
+
+    def scatter(values: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(T * N, shape[2], dtype=values.dtype)
+        out[pos] = values
+        return out.view(shape)
+
+    actor.eval()
+    old = scatter(batched(lambda r: policy_outputs(actor, r)[0], rows, micro_batch_size))
+    ref = scatter(batched(reference, rows, micro_batch_size)) if reference is not None else None
+    if critic is None:
+        return Scores(old, ref)
+    critic.eval()
+    values = scatter(batched(lambda r: critic_outputs(critic, r), rows, micro_batch_size))
+    bootstrap = torch.zeros(T, N)
+    if batch.bootstrap_prompts:
+        keys = sorted(batch.bootstrap_prompts)
+        prompt_rows = pack_prompts([batch.bootstrap_prompts[k] for k in keys], batch.pad_id)
+        boot = batched(lambda r: critic_outputs(critic, r)[:, 0:1], prompt_rows, micro_batch_size).squeeze(1)
+        for (t, n), v in zip(keys, boot.tolist()):
+            bootstrap[t, n] = v
+    return Scores(old, ref, values, bootstrap)

@@ -1,0 +1,105 @@
+"""The models a run trains and scores with: the actor and critic DeepSpeed engines and the reference.
+
+The actor is a causal LM; the critic the same network with a scalar value head (for algorithms that
+train one); the reference is the initial policy, loaded frozen when a KL term is on (with LoRA the
+reference is the actor itself with its adapters disabled, so no second copy is loaded). LoRA adapters
+(:mod:`verlog.lora`) and gradient checkpointing are applied before the engines are made.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from verlog import distributed as D
+from verlog.config import TrainConfig
+from verlog.lora import add_lora
+from verlog.models import load_actor, load_critic
+from verlog.scoring import Rows, policy_outputs
+
+__all__ = ["TrainingModels", "build_training_models"]
+
+
+@dataclass
+class TrainingModels:
+    """The engines of a run.
+
+    Attributes:
+        actor: the actor's DeepSpeed engine (``actor.module`` is the Hugging Face model).
+        critic: the critic's DeepSpeed engine, or None for algorithms without a critic.
+        reference: rows -> the reference policy's logprobs [M, R], or None when no KL term is on.
+    """
+
+    actor: Any
+    critic: Optional[Any]
+    reference: Optional[Callable[[Rows], torch.Tensor]]
+
+    def engines(self) -> dict[str, Any]:
+        """The DeepSpeed engines by checkpoint tag: the actor, and the critic where there is one."""
+        return {"actor": self.actor, **({"critic": self.critic} if self.critic is not None else {})}
+
+
+def _with_lora(model: torch.nn.Module, cfg: TrainConfig, base_path: str | Path, *, critic: bool) -> torch.nn.Module:
+    """``model`` with LoRA adapters when ``model.lora_rank`` > 0, else itself."""
+    m = cfg.model
+    if not m.lora_rank:
+        return model
+    return add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout,
+                    target_modules=m.lora_target_modules, base_path=base_path, critic=critic,
+                    modules_to_save=m.lora_modules_to_save)
+
+
+def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_path: str | Path,
+                          initial_path: str | Path, needs_critic: bool, turns_per_batch: int,
+                          resume_from: Path | None = None) -> TrainingModels:
+    """Load the actor (and critic), wrap them in DeepSpeed engines, and load the reference.
+
+    Args:
+        cfg: the run's config (``model``, ``ppo``, ``deepspeed``).
+        actor_path, critic_path: where the actor and critic start (the critic's value head is
+            initialised with ``model.value_head_init_std`` unless the directory is a critic).
+        initial_path: the initial policy (the KL reference).
+        needs_critic: whether the algorithm trains a critic.
+        turns_per_batch: this rank's turns per iteration (sets DeepSpeed's accumulation steps).
+        resume_from: a checkpoint whose DeepSpeed states are loaded into the engines.
+    """
+    dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
+    n_micro = math.ceil(turns_per_batch // cfg.ppo.minibatches / cfg.ppo.micro_batch_size)
+    ds = D.ds_config(zero_stage=cfg.deepspeed.zero_stage, micro_batch_size=cfg.ppo.micro_batch_size,
+                     grad_accum_steps=n_micro, max_grad_norm=cfg.ppo.max_grad_norm, bf16=cfg.deepspeed.bf16)
+
+    def engine(model: torch.nn.Module, lr: float) -> Any:
+        if cfg.ppo.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        return D.make_engine(model, lr=lr, weight_decay=cfg.ppo.weight_decay, config=ds)
+
+    actor = engine(_with_lora(load_actor(actor_path, dtype=dtype), cfg, actor_path, critic=False), cfg.ppo.actor_lr)
+    critic = None
+    if needs_critic:
+        model = load_critic(critic_path, dtype=dtype, value_head_init_std=cfg.model.value_head_init_std)
+        critic = engine(_with_lora(model, cfg, critic_path, critic=True), cfg.ppo.critic_lr)
+    models = TrainingModels(actor, critic, None)
+    if resume_from is not None:
+        for name, e in models.engines().items():
+            e.load_checkpoint(str(resume_from / "ds"), tag=name)
+    if cfg.ppo.kl_coef > 0:
+        models.reference = _reference(cfg, actor, initial_path, dtype)
+    return models
+
+
+def _reference(cfg: TrainConfig, actor: Any, initial_path: str | Path,
+               dtype: torch.dtype) -> Callable[[Rows], torch.Tensor]:
+    """Rows -> the reference policy's logprobs: the frozen initial policy, or with LoRA the actor
+    with its adapters disabled (the base weights)."""
+    if cfg.model.lora_rank:
+        def disabled_adapter(rows: Rows) -> torch.Tensor:
+            with actor.module.disable_adapter():
+                return policy_outputs(actor, rows)[0]
+
+        return disabled_adapter
+    ref = load_actor(initial_path, dtype=dtype).to(D.device()).eval().requires_grad_(False)
+    return lambda rows: policy_outputs(ref, rows)[0]
