@@ -5,8 +5,8 @@ memory keeps the last ``k`` (observation, reply) pairs of the current episode pl
 observation, renders them as chat messages through the tokenizer's chat template and enforces a
 token budget, so the prompt length stays (nearly) constant however long the episode runs.
 
-The layout follows Verlog's "latest n+1 turns" history (reference notes: verlog.md section 6) and
-BALROG's history prompt builder (balrog.md section 3), with the instruction as the system message.
+The layout follows the "latest n+1 turns" history of the Verlog paper and BALROG's history prompt
+(past observations and replies as alternating messages), with the instruction as the system message.
 
 History text (observations and the agent's previous replies) is tokenised again as part of the new
 prompt: that is what the next turn's prompt *is*. The ids that get trained for a reply are the
@@ -239,15 +239,8 @@ class WindowMemory:
         if stored > 0:
             bare = attempt(0)
             if len(bare[1]) <= budget:
-                # Invariant: keeping `lo` turns fits, keeping `hi` turns does not.
-                lo, hi, best = 0, stored, bare
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
-                    candidate = attempt(mid)
-                    if len(candidate[1]) <= budget:
-                        lo, best = mid, candidate
-                    else:
-                        hi = mid
+                # keeping 0 turns fits, keeping all `stored` does not
+                lo, best = _longest_fit(attempt, 0, stored, bare, budget)
                 return best[0], best[1], PromptStats(len(best[1]), stored - lo, 0)
         return self._fit_observation(stored)
 
@@ -267,16 +260,9 @@ class WindowMemory:
                 f"max_prompt_tokens={budget} is too small: the instruction and generation header "
                 f"alone (current observation cut to nothing) take {len(best[1])} tokens"
             )
-        # Invariant: keeping `lo` observation tokens fits, keeping `hi` does not (all of them
-        # without the ellipsis did not fit either, so hi = len(obs_ids) is safe to start from).
-        lo, hi = 0, len(obs_ids)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            candidate = attempt(mid)
-            if len(candidate[1]) <= budget:
-                lo, best = mid, candidate
-            else:
-                hi = mid
+        # Keeping 0 observation tokens fits; keeping all of them does not (all of them without the
+        # ellipsis did not fit either, so len(obs_ids) is safe to start from).
+        _, best = _longest_fit(attempt, 0, len(obs_ids), best, budget)
         return best[0], best[1], PromptStats(len(best[1]), stored, len(obs_ids) - best[2])
 
     def _encode(self, text: str) -> list[int]:
@@ -389,6 +375,23 @@ class WindowMemory:
                     f"{name} contains the special token {token!r}, which would corrupt the chat "
                     f"template's structure"
                 )
+
+
+def _longest_fit(attempt: Any, lo: int, hi: int, best: Any, budget: int) -> tuple[int, Any]:
+    """Binary search for the largest k in [lo, hi) whose ``attempt(k)`` (messages, ids, ...) has at most
+    ``budget`` ids, given that ``lo`` fits (``best`` is its attempt) and ``hi`` does not.
+
+    Returns:
+        (k, attempt(k)).
+    """
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        candidate = attempt(mid)
+        if len(candidate[1]) <= budget:
+            lo, best = mid, candidate
+        else:
+            hi = mid
+    return lo, best
 
 
 def _check_int(name: str, value: Any, *, minimum: int) -> None:
