@@ -1,4 +1,5 @@
-# Verlog: `make train` (the default CPU recipe, installs first if needed) and `make test`.
+# Verlog: `make train` (the default CPU recipe, installs first if needed) and `make test`;
+# `make bench` runs every benchmark, `make bench-quick` checks that the benchmarks still run (minutes).
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
@@ -14,7 +15,7 @@ export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install train eval test bench clean
+.PHONY: install train eval test bench bench-quick clean
 
 install: $(STAMP)
 
@@ -38,6 +39,21 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# The framework-overhead benchmarks in their smallest configuration (--quick), and the GAE benchmark on a
+# small batch: each must exit 0; P1, P2, P4 and P5 must end with their result line
+# `<label>: <figures>: ratio <r> (goal <goal>)`, and bench_gae exits 1 when the batched GAE and the scalar
+# reference disagree. The figures are not checked: they depend on the machine and its load.
+QUICK_BENCH := bench_rollout bench_context bench_update bench_scaling
+RESULT_LINE = ^P[0-9] [a-z]+: .+: ratio [0-9]+\.[0-9][0-9] \(goal .+\)$$
+
+bench-quick: $(STAMP)
+	set -o pipefail; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
+	for b in $(QUICK_BENCH); do echo "== benchmarks/$$b.py --quick"; \
+	  $(BIN)/python benchmarks/$$b.py --quick | tee "$$out" || exit 1; \
+	  tail -n 1 "$$out" | grep -Eq '$(RESULT_LINE)' || { echo "benchmarks/$$b.py: no result line at the end"; exit 1; }; \
+	done
+	$(BIN)/python benchmarks/bench_gae.py --turns 4 --envs 8 --tokens 16 --repeats 3 --warmup 1
 
 clean:
 	rm -rf runs .cache

@@ -1,4 +1,4 @@
-"""P2 context: prompt tokens late in a long Crafter episode against early on (issue 6).
+"""P2 context: prompt tokens late in a long Crafter episode against early on.
 
     python benchmarks/bench_context.py [--episodes 3 --early 5 --late 200 --seed 0] [--quick]
 

@@ -1,4 +1,4 @@
-"""P1 rollout: collector turns/s against the bare engine's turns/s on the same prompts (issue 6).
+"""P1 rollout: collector turns/s against the bare engine's turns/s on the same prompts.
 
     python benchmarks/bench_rollout.py [--batches 2 --num-envs 32 --turns 16] [--quick]
 

@@ -1,4 +1,4 @@
-"""P5 scaling: training turns/s with 2 data-parallel processes against 1, same total envs (issue 6).
+"""P5 scaling: training turns/s with 2 data-parallel processes against 1, same total envs.
 
     python benchmarks/bench_scaling.py [--iterations 3 --total-envs 8 --turns 8 --procs 2] [--quick]
 

@@ -1,4 +1,4 @@
-"""P4 update: PPO update tokens/s against a bare torch training loop on the same tokens (issue 6).
+"""P4 update: PPO update tokens/s against a bare torch training loop on the same tokens.
 
     python benchmarks/bench_update.py [--repeats 2 --num-envs 8 --turns 16] [--quick] [key=value ...]
 

@@ -11,7 +11,7 @@ evaluation on fixed seeds. Runs go ``--parallel`` at a time with ``threads=1`` e
 * ``results.csv``: one row per run: final greedy success (and its standard error), training
   success over the last 10% of its turns, turns, wall seconds, iterations, and for the group
   algorithms the share of groups with no learning signal (all episode returns equal);
-* ``table.md``: mean ± standard error over seeds per algorithm (the README's table);
+* ``table.md``: mean ± standard error over seeds per algorithm (the table in docs/results.md);
 * ``success_vs_turns.png``: training success (per-iteration episode success, smoothed) against
   turns, one thin line per seed and the seed mean per algorithm.
 

@@ -1,5 +1,5 @@
-"""Shared pieces of the issue-6 performance benchmarks (bench_rollout, bench_context, bench_update,
-bench_scaling): the tiny recipe's config, the machine load, and the final result line."""
+"""Shared pieces of the framework-overhead benchmarks P1, P2, P4, P5 (bench_rollout, bench_context,
+bench_update, bench_scaling): the tiny recipe's config, the machine load, and the final result line."""
 
 from __future__ import annotations
 
@@ -29,5 +29,5 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def result_line(label: str, what: str, ratio: float, goal: str) -> str:
-    """The benchmark's final line: ``<label>: <what>: ratio <r> (goal <goal>)`` (tests parse it)."""
+    """The benchmark's final line: ``<label>: <what>: ratio <r> (goal <goal>)`` (``make bench-quick`` checks its format)."""
     return f"{label}: {what}: ratio {ratio:.2f} (goal {goal})"

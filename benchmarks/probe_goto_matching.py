@@ -3,8 +3,8 @@
     python benchmarks/probe_goto_matching.py [--task babyai/goto --steps 1500 --lr 1e-3]
         [--hidden 64 --heads 4 --layers 2 --intermediate 256 --threads 1]
 
-Not a speed target: evidence for why ``recipes/babyai_goto.yaml`` stays far below the issue's 0.8
-goal. PPO can only learn what the policy network can learn, and supervised learning of the same
+Not a speed target: evidence for why ``recipes/babyai_goto.yaml`` stays far below its 0.8
+success goal. PPO can only learn what the policy network can learn, and supervised learning of the same
 decision, from exact labels, is the easier problem. So this script trains a fresh tiny model (the
 recipe's shape unless overridden, its own tokenizer, in a temporary directory) by supervised
 cross-entropy on the reply ``ACTION: <a>`` of an *oracle* that reads the same prompt the policy gets
@@ -21,7 +21,7 @@ fresh batch; accuracy is measured on ``--test-size`` held-out states by scoring 
 overall and on the states where the target is described (where the mission must be matched against
 the object list). On ``babyai/easy_goto`` (the red ball alone) a 1-head model reaches 1.00 in 200
 steps; on ``babyai/goto`` (a different mission every episode, 8 distractors) it must match colour
-and type against the listed objects, and stalls near 0.85 (README, "Results").
+and type against the listed objects, and stalls near 0.85 (docs/results.md).
 """
 
 from __future__ import annotations

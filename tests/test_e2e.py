@@ -192,22 +192,74 @@ def test_tiny_recipe_trains_on_a_non_babyai_env(tmp_path, task):
     assert ev["task"] == task and ev["episodes"] == 3
 
 
-@pytest.mark.parametrize("recipe", ["balrog", "crafter"])
-def test_gpu_recipes_stop_at_once_without_gpus(recipe):
-    import time
+#: The first heavy steps of a run: build or load a model or tokenizer, make an environment, start a
+#: process group or a DeepSpeed engine. A recipe this machine cannot run is refused before any of them.
+HEAVY_STEPS = [
+    ("verlog.models", "build_tiny_model"), ("verlog.models", "load_tokenizer"), ("verlog.models", "load_actor"),
+    ("verlog.models", "load_critic"), ("verlog.envs.registry", "make_env"), ("verlog.envs.vector", "make_vector_env"),
+    ("verlog.distributed", "init_distributed"), ("verlog.distributed", "make_engine"),
+    ("torch.distributed", "init_process_group"), ("deepspeed", "initialize"),
+]
 
+
+def trip_heavy_steps(monkeypatch) -> list[str]:
+    """Make every function of :data:`HEAVY_STEPS` raise, and return the list its calls are recorded in.
+
+    Each is replaced in its own module (for modules imported later) and wherever an already imported
+    ``verlog`` module bound it by name (``from verlog.models import load_actor``).
+    """
+    import importlib
+
+    called: list[str] = []
+    for module_name, attr in HEAVY_STEPS:
+        original = getattr(importlib.import_module(module_name), attr)
+        name = f"{module_name}.{attr}"
+
+        def tripwire(*args, _name=name, **kwargs):
+            called.append(_name)
+            raise AssertionError(f"{_name} was called before the recipe was refused")
+
+        for mod_name, module in list(sys.modules.items()):
+            if module is None or not (mod_name == module_name or mod_name.split(".")[0] == "verlog"):
+                continue
+            for key, value in list(vars(module).items()):
+                if value is original:
+                    monkeypatch.setattr(module, key, tripwire)
+    return called
+
+
+@pytest.fixture
+def restore_library_logging():
+    """``verlog-train`` quiets transformers and DeepSpeed; run in-process, it must not do so for later tests."""
+    import logging
+
+    import transformers.utils.logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    ds_level = logging.getLogger("DeepSpeed").level
+    yield
+    hf_logging.set_verbosity(verbosity)
+    (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
+    logging.getLogger("DeepSpeed").setLevel(ds_level)
+
+
+@pytest.mark.parametrize("recipe", ["balrog", "crafter"])
+def test_gpu_recipes_stop_at_once_without_gpus(recipe, tmp_path, monkeypatch, capsys, restore_library_logging):
     import torch
+
+    from verlog.cli import train_main
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA GPUs")
-    tic = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", recipe],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2
-    lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("[")]
+    called = trip_heavy_steps(monkeypatch)
+    with pytest.raises(SystemExit) as exit_info:
+        train_main([recipe, f"run_root={tmp_path}"])
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("[")]
     assert len(lines) == 1 and "GPUs per node" in lines[0] and "this machine has 0" in lines[0]
     assert load_recipe(recipe).gpus_per_node >= 4
-    assert time.perf_counter() - tic < 120  # before any model, env or process group
+    # refused before any model, env or process group, and before the run directory is written
+    assert called == [] and list(tmp_path.iterdir()) == []
 
 
 def test_token_budget_micro_batches_and_gradient_checkpointing(tmp_path):

@@ -1,4 +1,4 @@
-"""Issue 6's LoRA claim, as a test: the tiny recipe trained through LoRA adapters (recipes/tiny_lora.yaml)
+"""LoRA training learns, as a test: the tiny recipe trained through LoRA adapters (recipes/tiny_lora.yaml)
 learns easy_goto, i.e. ends clearly above the untrained policy (10.4 minutes on 1 loaded core here)."""
 
 import json
