@@ -1,4 +1,4 @@
-"""Tests of verlog.agent: token-in/token-out tool loop, parsing, limits, sample layouts, calculator."""
+"""Tests of verlog.agent and verlog.chat: token-in/token-out tool loop, parsing, limits, sample layouts, calculator."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import json
 import pytest
 
 from helpers import small_corpus
-from verlog.agent import (AgentLimits, ChatRenderer, ToolAgentLoop, parse_reply, sequence_sample,
-                          strip_reasoning, turn_batch_inputs, turn_samples)
+from verlog.agent import AgentLimits, ToolAgentLoop
 from verlog.agent.calculator import calculator_reward, calculator_tools, make_questions, parse_answer
 from verlog.batch import TurnBatch
+from verlog.chat import ChatRenderer, parse_reply, sequence_sample, strip_reasoning, turn_batch_inputs, turn_samples
 from verlog.models import CHATML_TEMPLATE, PLAIN_CHATML_TEMPLATE, build_tiny_model, load_tokenizer
 from verlog.rollout.engine import Generation, SamplingParams
 from verlog.tools import BaseTool, ToolResult, function_tool

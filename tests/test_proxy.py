@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from helpers import small_corpus
-from verlog.agent.chat import ChatRenderer
 from verlog.algos.gae import dual_discount_gae
 from verlog.batch import TurnBatch
+from verlog.chat import ChatRenderer
 from verlog.models import build_tiny_model, load_tokenizer
 from verlog.proxy import (CallRecord, OpenAIProxy, ProxyServer, RolloutRecord, create_app, proxy_batch_inputs,
                           rollout_samples)

@@ -1,9 +1,9 @@
 """The proxy's core and its FastAPI app.
 
 ``POST /rollout/{rollout_id}/attempt/{attempt}/v1/chat/completions`` renders the request's messages
-(+ tools) with the tokenizer's chat template (:class:`verlog.agent.chat.ChatRenderer`), generates
+(+ tools) with the tokenizer's chat template (:class:`verlog.chat.renderer.ChatRenderer`), generates
 through the :class:`~verlog.proxy.worker.GenerationWorker`, parses ``<think>`` and Hermes tool calls
-(:func:`verlog.agent.parsing.parse_reply`) into an OpenAI response and records the call. The reply is
+(:func:`verlog.chat.parsing.parse_reply`) into an OpenAI response and records the call. The reply is
 decoded for the agent only: the recorded response ids are the engine's, never re-tokenised.
 ``POST /rollout/{rollout_id}/attempt/{attempt}/reward`` stores ``{"reward": float}``.
 """
@@ -18,8 +18,8 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from verlog.agent.chat import ChatRenderer
-from verlog.agent.parsing import parse_reply
+from verlog.chat.parsing import parse_reply
+from verlog.chat.renderer import ChatRenderer
 from verlog.proxy.gate import PauseGate
 from verlog.proxy.openai_format import ProxyRequestError, completion_response, error_body, parse_chat_request
 from verlog.proxy.recorder import CallRecord, ProxyRecorder
