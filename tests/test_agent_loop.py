@@ -12,8 +12,9 @@ from verlog.agent import AgentLimits, ToolAgentLoop
 from verlog.agent.calculator import calculator_reward, calculator_tools, make_questions, parse_answer
 from verlog.batch import TurnBatch
 from verlog.chat import ChatRenderer, parse_reply, sequence_sample, strip_reasoning, turn_batch_inputs, turn_samples
-from verlog.models import CHATML_TEMPLATE, PLAIN_CHATML_TEMPLATE, build_tiny_model, load_tokenizer
+from verlog.models import load_tokenizer
 from verlog.rollout.engine import Generation, SamplingParams
+from verlog.tiny_model import CHATML_TEMPLATE, PLAIN_CHATML_TEMPLATE, build_tiny_model
 from verlog.tools import BaseTool, ToolResult, function_tool
 from verlog.tools.examples import calculate
 

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from helpers import COLORS, OBJECTS, small_corpus
-from verlog.models import build_tiny_model, causal_lm_logits, load_actor, load_tokenizer
+from verlog.models import causal_lm_logits, load_actor, load_tokenizer
 from verlog.rollout import Generation, HFEngine, RolloutEngine, SamplingParams
+from verlog.tiny_model import build_tiny_model
 
 torch.set_num_threads(1)
 
