@@ -106,6 +106,18 @@ def test_model_path_that_does_not_exist(tmp_path, capsys):
     _run(train_main, ["tiny", f"model.path={tmp_path / 'nope'}", f"run_root={tmp_path}"], capsys)
 
 
+def test_engine_option_refused_at_build_time(monkeypatch, capsys):
+    import verlog.trainer
+    from verlog.rollout.engine import EngineConfigError
+
+    def refuse(cfg):
+        raise EngineConfigError("rollout.vllm_sleep_between_updates: vLLM has no sleep mode on this platform")
+
+    monkeypatch.setattr(verlog.trainer, "Trainer", refuse)
+    line = _run(train_main, ["tiny"], capsys)
+    assert line == "error: rollout.vllm_sleep_between_updates: vLLM has no sleep mode on this platform"
+
+
 def test_tokenizer_without_chat_template(tmp_path):
     from verlog.models import ModelLoadError, load_tokenizer
 

@@ -8,6 +8,7 @@ import pytest
 
 from verlog.config import (ConfigError, TrainConfig, build_config, field_docs, load_recipe, parse_overrides,
                            save_config)
+from verlog.preflight import check_buildable
 
 RECIPES = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "recipes").glob("*.yaml"))
 
@@ -17,6 +18,7 @@ def test_every_recipe_loads(recipe):
     from verlog.envs import make_env
 
     cfg = load_recipe(recipe)
+    check_buildable(cfg)  # its environment, tool task and agent function exist
     assert isinstance(cfg, TrainConfig)
     assert cfg.name == recipe  # runs go to runs/<recipe name>/
     # the task exists and accepts the recipe's env settings (builds the env, then closes it)
