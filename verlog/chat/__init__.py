@@ -5,7 +5,7 @@ trajectory a tool conversation produces and the training samples made from it.
 Nothing here runs a model or a tool; :mod:`verlog.agent` and :mod:`verlog.proxy` build on it.
 """
 
-from verlog.chat.parsing import ParsedReply, ToolCall, parse_reply, strip_reasoning
+from verlog.chat.parsing import ParsedReply, ToolCall, parse_reply, reasoning_text, strip_reasoning
 from verlog.chat.renderer import ChatRenderer
 from verlog.chat.samples import (SequenceSample, TurnSample, samples_batch_inputs, sequence_sample, turn_batch_inputs,
                                  turn_samples)
@@ -13,6 +13,6 @@ from verlog.chat.trajectory import STOP_REASONS, AgentTurn, Trajectory
 
 __all__ = [
     "AgentTurn", "ChatRenderer", "ParsedReply", "STOP_REASONS", "SequenceSample", "ToolCall", "Trajectory",
-    "TurnSample", "parse_reply", "samples_batch_inputs", "sequence_sample", "strip_reasoning", "turn_batch_inputs",
-    "turn_samples",
+    "TurnSample", "parse_reply", "reasoning_text", "samples_batch_inputs", "sequence_sample", "strip_reasoning",
+    "turn_batch_inputs", "turn_samples",
 ]
