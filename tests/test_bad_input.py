@@ -20,7 +20,7 @@ BAD_OVERRIDES = [
     "gae.gamma_step=1.5", "gae.lam_step=-0.1", "rollout.top_p=2", "env.num_envs=0", "env.num_envs=-4",
     "iterations=0", "rollout.turns_per_env=-1", "ppo.minibatches=0", "ppo.minibatches=7", "ppo.dual_clip=0.5",
     "deepspeed.zero_stage=4", "deepspeed.zero_stage=-1", "ppo.actor_lr=-1", "ppo.critic_lr=0",
-    "ppo.actor_lr=.inf", "ppo.actor_lr=.nan", "gae.gamma_step=.nan", "ppo.max_grad_norm=-1",
+    "ppo.actor_lr=.inf", "ppo.actor_lr=.nan", "gae.gamma_step=.nan", "agent.credit_gamma=.nan", "ppo.max_grad_norm=-1",
     "ppo.weight_decay=-0.1", "memory.max_prompt_tokens=0", "memory.history_turns=-1", "env.max_steps=0",
     "env.step_timeout_s=0", "env.step_timeout_s=-3", "env.restart_attempts=0", "rollout.temperature=-1",
     "ppo.target_kl=-0.1", "ppo.value_clip=-0.2", "format_warmup.lr=0", "seed=-1", "eval.seed=-5",

@@ -87,7 +87,9 @@ def test_every_field_has_a_doc():
     rows = field_docs()
     assert len(rows) > 50
     assert all(doc for _, _, _, doc in rows)
-    assert {"ppo.actor_lr", "gae.gamma_step", "memory.history_turns"} <= {key for key, *_ in rows}
+    keys = {key for key, *_ in rows}
+    assert {"ppo.actor_lr", "gae.gamma_step", "memory.history_turns", "agent.credit", "model.tiny.seed"} <= keys
+    assert not {"agent", "model", "model.tiny"} & keys  # sections are expanded into their keys
 
 
 def test_critic_warmup_must_leave_policy_updates():

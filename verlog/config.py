@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, get_type_hints
 
 import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -396,23 +396,17 @@ def save_config(cfg: TrainConfig, path: Path) -> None:
 
 def field_docs(cls: type = TrainConfig, prefix: str = "") -> list[tuple[str, str, Any, str]]:
     """Every leaf field as ``(dotted key, type name, default, doc)`` — for ``--help``."""
+    hints = get_type_hints(cls)  # the annotations are strings here; nested sections resolve to their classes
     rows = []
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(f.type) or (isinstance(f.type, str) and f.type in _DATACLASSES):
-            sub = _DATACLASSES[f.type] if isinstance(f.type, str) else f.type
-            rows.extend(field_docs(sub, key + "."))
+        if dataclasses.is_dataclass(hints[f.name]):
+            rows.extend(field_docs(hints[f.name], key + "."))
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         rows.append((key, str(f.type), default, f.metadata.get("doc", "")))
     return rows
 
-
-_DATACLASSES = {
-    c.__name__: c
-    for c in (TinyModelConfig, ModelConfig, EnvConfig, MemoryConfig, RolloutConfig, GAEConfig, AlgoConfig, PPOConfig,
-              FormatWarmupConfig, DeepSpeedConfig, EvalConfig, LoggingConfig, TrainConfig)
-}
 
 __all__ = ["ConfigError", "TrainConfig", "AlgoConfig", "ALGORITHMS", "load_recipe", "build_config", "validate", "field_docs",
            "save_config", "to_dict", "parse_overrides", "MISSING", "DictConfig"]
