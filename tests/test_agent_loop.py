@@ -1,4 +1,4 @@
-"""Tests of verlog.agent: token-in/token-out tool loop, parsing, limits, sample layouts, calculator."""
+"""Tests of verlog.agent and verlog.chat: token-in/token-out tool loop, parsing, limits, sample layouts, calculator."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ import json
 import pytest
 
 from helpers import small_corpus
-from verlog.agent import (AgentLimits, ChatRenderer, ToolAgentLoop, parse_reply, sequence_sample,
-                          strip_reasoning, turn_batch_inputs, turn_samples)
+from verlog.agent import AgentLimits, ToolAgentLoop
 from verlog.agent.calculator import calculator_reward, calculator_tools, make_questions, parse_answer
 from verlog.batch import TurnBatch
-from verlog.models import CHATML_TEMPLATE, PLAIN_CHATML_TEMPLATE, build_tiny_model, load_tokenizer
+from verlog.chat import (ChatRenderer, parse_reply, reasoning_text, sequence_sample, strip_reasoning, turn_batch_inputs,
+                         turn_samples)
+from verlog.models import load_tokenizer
 from verlog.rollout.engine import Generation, SamplingParams
+from verlog.tiny_model import CHATML_TEMPLATE, PLAIN_CHATML_TEMPLATE, build_tiny_model
 from verlog.tools import BaseTool, ToolResult, function_tool
 from verlog.tools.examples import calculate
 
@@ -201,6 +203,13 @@ def test_parse_reply_strips_reasoning_and_reports_malformed_calls():
     assert "invalid JSON" in errors[0] and "missing 'name'" in errors[1]
     assert "must be an object" in errors[2] and "missing </tool_call>" in errors[3]
     assert parsed.content == "x"
+
+
+def test_reasoning_text_is_what_strip_reasoning_removes():
+    text = "early</think>a <think> one </think>b<think>\ntwo\n</think> c"
+    assert strip_reasoning(text) == "a b c"
+    assert reasoning_text(text) == "early\none\ntwo"
+    assert reasoning_text("no reasoning") == "" and reasoning_text("<think></think>x") == ""
 
 
 class Exploding(BaseTool):

@@ -20,7 +20,7 @@ BAD_OVERRIDES = [
     "gae.gamma_step=1.5", "gae.lam_step=-0.1", "rollout.top_p=2", "env.num_envs=0", "env.num_envs=-4",
     "iterations=0", "rollout.turns_per_env=-1", "ppo.minibatches=0", "ppo.minibatches=7", "ppo.dual_clip=0.5",
     "deepspeed.zero_stage=4", "deepspeed.zero_stage=-1", "ppo.actor_lr=-1", "ppo.critic_lr=0",
-    "ppo.actor_lr=.inf", "ppo.actor_lr=.nan", "gae.gamma_step=.nan", "ppo.max_grad_norm=-1",
+    "ppo.actor_lr=.inf", "ppo.actor_lr=.nan", "gae.gamma_step=.nan", "agent.credit_gamma=.nan", "ppo.max_grad_norm=-1",
     "ppo.weight_decay=-0.1", "memory.max_prompt_tokens=0", "memory.history_turns=-1", "env.max_steps=0",
     "env.step_timeout_s=0", "env.step_timeout_s=-3", "env.restart_attempts=0", "rollout.temperature=-1",
     "ppo.target_kl=-0.1", "ppo.value_clip=-0.2", "format_warmup.lr=0", "seed=-1", "eval.seed=-5",
@@ -104,6 +104,18 @@ def test_bad_eval_cli(argv, capsys):
 
 def test_model_path_that_does_not_exist(tmp_path, capsys):
     _run(train_main, ["tiny", f"model.path={tmp_path / 'nope'}", f"run_root={tmp_path}"], capsys)
+
+
+def test_engine_option_refused_at_build_time(monkeypatch, capsys):
+    import verlog.trainer
+    from verlog.rollout.engine import EngineConfigError
+
+    def refuse(cfg):
+        raise EngineConfigError("rollout.vllm_sleep_between_updates: vLLM has no sleep mode on this platform")
+
+    monkeypatch.setattr(verlog.trainer, "Trainer", refuse)
+    line = _run(train_main, ["tiny"], capsys)
+    assert line == "error: rollout.vllm_sleep_between_updates: vLLM has no sleep mode on this platform"
 
 
 def test_tokenizer_without_chat_template(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 
 from verlog.config import (ConfigError, TrainConfig, build_config, field_docs, load_recipe, parse_overrides,
                            save_config)
+from verlog.preflight import check_buildable
 
 RECIPES = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "recipes").glob("*.yaml"))
 
@@ -17,6 +18,7 @@ def test_every_recipe_loads(recipe):
     from verlog.envs import make_env
 
     cfg = load_recipe(recipe)
+    check_buildable(cfg)  # its environment, tool task and agent function exist
     assert isinstance(cfg, TrainConfig)
     assert cfg.name == recipe  # runs go to runs/<recipe name>/
     # the task exists and accepts the recipe's env settings (builds the env, then closes it)
@@ -85,7 +87,9 @@ def test_every_field_has_a_doc():
     rows = field_docs()
     assert len(rows) > 50
     assert all(doc for _, _, _, doc in rows)
-    assert {"ppo.actor_lr", "gae.gamma_step", "memory.history_turns"} <= {key for key, *_ in rows}
+    keys = {key for key, *_ in rows}
+    assert {"ppo.actor_lr", "gae.gamma_step", "memory.history_turns", "agent.credit", "model.tiny.seed"} <= keys
+    assert not {"agent", "model", "model.tiny"} & keys  # sections are expanded into their keys
 
 
 def test_critic_warmup_must_leave_policy_updates():

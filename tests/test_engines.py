@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from helpers import COLORS, OBJECTS, small_corpus
-from verlog.models import build_tiny_model, causal_lm_logits, load_actor, load_tokenizer
+from verlog.models import causal_lm_logits, load_actor, load_tokenizer
 from verlog.rollout import Generation, HFEngine, RolloutEngine, SamplingParams
+from verlog.tiny_model import build_tiny_model
 
 torch.set_num_threads(1)
 
@@ -435,13 +436,13 @@ def test_vllm_sleep_mode_refused_in_one_line_where_vllm_has_none(model_dir):
     pytest.importorskip("vllm")
     from vllm.platforms import current_platform
 
-    from verlog.config import ConfigError
+    from verlog.rollout.engine import EngineConfigError
     from verlog.rollout.vllm import VLLMEngine
 
     if current_platform.is_sleep_mode_available():
         pytest.skip("this platform has vLLM's sleep mode")
-    with pytest.raises(ConfigError, match=r"^rollout\.vllm_sleep_between_updates: vLLM has no sleep mode on this "
-                                          rf"platform \({current_platform.device_type};") as err:
+    with pytest.raises(EngineConfigError, match=r"^rollout\.vllm_sleep_between_updates: vLLM has no sleep mode on "
+                                                rf"this platform \({current_platform.device_type};") as err:
         VLLMEngine(model_dir, sleep_mode=True)
     assert "\n" not in str(err.value)
 

@@ -12,7 +12,8 @@ from helpers import small_corpus
 from test_e2e import SMALL, train
 from verlog.logging import read_metrics
 from verlog.lora import add_lora, is_adapter_dir, merged_named_parameters
-from verlog.models import build_tiny_model, load_actor, load_critic
+from verlog.models import load_actor, load_critic
+from verlog.tiny_model import build_tiny_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import soak_resume as soak  # noqa: E402

@@ -14,13 +14,14 @@ import pytest
 import torch
 
 from helpers import small_corpus
-from verlog.agent.chat import ChatRenderer
 from verlog.algos.gae import dual_discount_gae
 from verlog.batch import TurnBatch
-from verlog.models import build_tiny_model, load_tokenizer
+from verlog.chat import ChatRenderer
+from verlog.models import load_tokenizer
 from verlog.proxy import (CallRecord, OpenAIProxy, ProxyServer, RolloutRecord, create_app, proxy_batch_inputs,
                           rollout_samples)
 from verlog.rollout.engine import Generation, SamplingParams
+from verlog.tiny_model import build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = small_corpus() + ['<tool_call>\n{"name": "calculate", "arguments": {"expression": "3 + 4"}}\n</tool_call>',

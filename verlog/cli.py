@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from verlog.config import ConfigError, field_docs, load_recipe
+from verlog.config import ConfigError, TrainConfig, field_docs, load_recipe
 
 
 def _fail(message: str) -> NoReturn:
@@ -43,6 +43,18 @@ def _quiet_libraries() -> None:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
 
 
+def _load_config(recipe: str, overrides: list[str]) -> TrainConfig:
+    """The validated config of ``recipe`` with ``overrides``, whose names all exist; exits 2 otherwise."""
+    from verlog.preflight import check_buildable  # imports the env, agent and proxy registries
+
+    try:
+        cfg = load_recipe(recipe, overrides)
+        check_buildable(cfg)
+    except ConfigError as err:
+        _fail(str(err))
+    return cfg
+
+
 def train_main(argv: list[str] | None = None) -> None:
     """``verlog-train <recipe name or YAML> [key=value ...]``."""
     parser = _Parser(prog="verlog-train", description="Train an agent with turn-level PPO.",
@@ -50,17 +62,15 @@ def train_main(argv: list[str] | None = None) -> None:
     parser.add_argument("recipe", help="recipe name from recipes/ (e.g. tiny) or a YAML file")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. ppo.actor_lr=1e-5")
     args = parser.parse_args(argv)
-    try:
-        cfg = load_recipe(args.recipe, args.overrides)
-    except ConfigError as err:
-        _fail(str(err))
+    cfg = _load_config(args.recipe, args.overrides)
     _quiet_libraries()
     from verlog.models import ModelLoadError
+    from verlog.rollout.engine import EngineConfigError
     from verlog.trainer import NumericalFault, Trainer
 
     try:
         trainer = Trainer(cfg)
-    except (ModelLoadError, FileNotFoundError, ConfigError) as err:
+    except (ModelLoadError, FileNotFoundError, ConfigError, EngineConfigError) as err:
         _fail(str(err).splitlines()[0])
     try:
         result = trainer.train()
@@ -127,10 +137,7 @@ def eval_main(argv: list[str] | None = None) -> None:
     if not is_random:
         model_dir, recipe = _resolve_checkpoint(Path(args.checkpoint))
         overrides.append(f"model.path={model_dir}")
-    try:
-        cfg = load_recipe(str(recipe) if recipe else "tiny", overrides)
-    except ConfigError as err:
-        _fail(str(err))
+    cfg = _load_config(str(recipe) if recipe else "tiny", overrides)
     _quiet_libraries()
     from verlog.builders import decoder, memory_factory, sampling_params
     from verlog.evaluate import EvalResult, ModelPolicy, RandomPolicy, run_episodes

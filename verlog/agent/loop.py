@@ -1,9 +1,9 @@
 """The tool agent loop: generate, parse Hermes tool calls, run them concurrently, feed results back.
 
-Token ids are built token-in/token-out (see :mod:`verlog.agent.chat`): the engine's ids are appended
-as they are (mask 1, with their logprobs) and only the delta of non-model messages is tokenised
-(mask 0). After every step the ids are checked against a full re-render; a mismatch is counted in
-``Trajectory.stats["template_mismatches"]`` and the run goes on with the exact ids.
+Token ids are built token-in/token-out (see :mod:`verlog.chat.renderer`): the engine's ids are
+appended as they are (mask 1, with their logprobs) and only the delta of non-model messages is
+tokenised (mask 0). After every step the ids are checked against a full re-render; a mismatch is
+counted in ``Trajectory.stats["template_mismatches"]`` and the run goes on with the exact ids.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from verlog.agent.chat import ChatRenderer
-from verlog.agent.parsing import ToolCall, parse_reply
-from verlog.agent.trajectory import AgentTurn, Trajectory
+from verlog.chat.parsing import ToolCall, parse_reply
+from verlog.chat.renderer import ChatRenderer
+from verlog.chat.trajectory import AgentTurn, Trajectory
 from verlog.rollout.engine import Generation, SamplingParams
 from verlog.tools.base import BaseTool, ToolError, one_line
 from verlog.tools.registry import ToolRegistry

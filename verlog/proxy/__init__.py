@@ -1,6 +1,6 @@
-"""An OpenAI-compatible proxy in front of a rollout engine (issue 7, part 3): agents written against the
-OpenAI API call ``/rollout/{id}/attempt/{n}/v1/chat/completions``; every call's exact prompt and
-response ids are recorded per (rollout, attempt) and turned into turn samples for training."""
+"""An OpenAI-compatible proxy in front of a rollout engine: agents written against the OpenAI API
+call ``/rollout/{id}/attempt/{n}/v1/chat/completions``; every call's exact prompt and response ids are
+recorded per (rollout, attempt) and turned into turn samples for training."""
 
 from verlog.proxy.adapter import CREDIT_MODES, proxy_batch_inputs, rollout_samples
 from verlog.proxy.app import OpenAIProxy, create_app

@@ -1,6 +1,6 @@
 """Turn samples from the proxy's recordings, with a choice of credit assignment.
 
-Each recorded call becomes one :class:`~verlog.agent.samples.TurnSample` in call order: prompt = the
+Each recorded call becomes one :class:`~verlog.chat.samples.TurnSample` in call order: prompt = the
 recorded prompt ids, response = the recorded response ids and logprobs, so the ids trained are the ids
 generated. The rollout's reward R is assigned to its T turns by ``credit``:
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from verlog.agent.samples import TurnSample, samples_batch_inputs
+from verlog.chat.samples import TurnSample, samples_batch_inputs
 from verlog.proxy.recorder import RolloutRecord
 
 __all__ = ["CREDIT_MODES", "rollout_samples", "proxy_batch_inputs"]

@@ -1,16 +1,15 @@
 """The proxy's core and its FastAPI app.
 
 ``POST /rollout/{rollout_id}/attempt/{attempt}/v1/chat/completions`` renders the request's messages
-(+ tools) with the tokenizer's chat template (:class:`verlog.agent.chat.ChatRenderer`), generates
+(+ tools) with the tokenizer's chat template (:class:`verlog.chat.renderer.ChatRenderer`), generates
 through the :class:`~verlog.proxy.worker.GenerationWorker`, parses ``<think>`` and Hermes tool calls
-(:func:`verlog.agent.parsing.parse_reply`) into an OpenAI response and records the call. The reply is
+(:func:`verlog.chat.parsing.parse_reply`) into an OpenAI response and records the call. The reply is
 decoded for the agent only: the recorded response ids are the engine's, never re-tokenised.
 ``POST /rollout/{rollout_id}/attempt/{attempt}/reward`` stores ``{"reward": float}``.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -18,26 +17,14 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from verlog.agent.chat import ChatRenderer
-from verlog.agent.parsing import parse_reply
+from verlog.chat.parsing import parse_reply, reasoning_text
+from verlog.chat.renderer import ChatRenderer
 from verlog.proxy.gate import PauseGate
 from verlog.proxy.openai_format import ProxyRequestError, completion_response, error_body, parse_chat_request
 from verlog.proxy.recorder import CallRecord, ProxyRecorder
 from verlog.proxy.worker import GenerationWorker
 
 __all__ = ["OpenAIProxy", "create_app"]
-
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-
-
-def _reasoning(text: str) -> str:
-    """The text of the reply's ``<think>`` blocks (and before a stray ``</think>``), joined."""
-    parts = [m.strip() for m in _THINK.findall(text)]
-    rest = _THINK.sub("", text)
-    if "</think>" in rest:
-        parts.insert(0, rest.rsplit("</think>", 1)[0].replace("<think>", "").strip())
-    return "\n".join(p for p in parts if p)
-
 
 class OpenAIProxy:
     """Serves chat completions from a rollout engine and records every call.
@@ -100,7 +87,7 @@ class OpenAIProxy:
             if ended and text.endswith(chat.eos):
                 text = text[: -len(chat.eos)]
             parsed = parse_reply(text)
-            response = completion_response(parsed, _reasoning(text), gen.finish_reason, len(prompt),
+            response = completion_response(parsed, reasoning_text(text), gen.finish_reason, len(prompt),
                                            len(gen.token_ids), request.model or self.model_name)
             self.recorder.add_call(rollout_id, attempt, CallRecord(
                 seq=seq, prompt_ids=list(prompt), response_ids=list(gen.token_ids), logprobs=list(gen.logprobs),

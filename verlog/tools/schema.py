@@ -135,23 +135,14 @@ class ArgumentError(ValueError):
     """An argument does not match its schema; the message names the argument."""
 
 
+#: Python types of decoded JSON and their JSON names, bool before int (a bool is an int).
+_JSON_TYPE_NAMES = ((type(None), "null"), (bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+                    (list, "array"), (dict, "object"))
+
+
 def _json_type_name(value: Any) -> str:
     """The JSON type of a decoded value, for messages (Python's name for anything else)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    return next((name for typ, name in _JSON_TYPE_NAMES if isinstance(value, typ)), type(value).__name__)
 
 
 _JSON_TYPES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})

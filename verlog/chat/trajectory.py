@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verlog.agent.parsing import ToolCall
+from verlog.chat.parsing import ToolCall
 
 __all__ = ["AgentTurn", "Trajectory", "STOP_REASONS"]
 

@@ -1,4 +1,4 @@
-"""Training samples from a :class:`~verlog.agent.trajectory.Trajectory`, in two layouts.
+"""Training samples from a :class:`~verlog.chat.trajectory.Trajectory`, in two layouts.
 
 (a) :func:`sequence_sample`: the whole trajectory as one masked sequence (prompt + response of R
     tokens, where R = S - P; tool/user tokens in the response carry mask 0).
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from verlog.agent.trajectory import Trajectory
+from verlog.chat.trajectory import Trajectory
 
 __all__ = ["SequenceSample", "TurnSample", "sequence_sample", "turn_samples", "turn_batch_inputs",
            "samples_batch_inputs"]

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ToolCall", "ParsedReply", "parse_reply", "strip_reasoning"]
+__all__ = ["ToolCall", "ParsedReply", "parse_reply", "reasoning_text", "strip_reasoning"]
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _OPEN_CALL = "<tool_call>"
 
@@ -60,6 +60,16 @@ def strip_reasoning(text: str) -> str:
     if "<think>" in text:
         text = text.split("<think>", 1)[0]
     return text
+
+
+def reasoning_text(text: str) -> str:
+    """The reasoning :func:`strip_reasoning` removes: the text of the ``<think>`` blocks (and before a
+    stray ``</think>``), each stripped, joined by newlines. Never raises."""
+    parts = [m.strip() for m in _THINK.findall(text)]
+    rest = _THINK.sub("", text)
+    if "</think>" in rest:
+        parts.insert(0, rest.rsplit("</think>", 1)[0].replace("<think>", "").strip())
+    return "\n".join(p for p in parts if p)
 
 
 def _decode_call(raw: str) -> ToolCall:

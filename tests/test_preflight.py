@@ -1,0 +1,43 @@
+"""Preflight: the names a valid config gives (environment, tool task, credit mode, agent function)
+exist, checked after loading with one line naming the key; the config itself stays data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from verlog.config import ConfigError, load_recipe
+from verlog.preflight import check_buildable
+
+
+@pytest.mark.parametrize("recipe, overrides, message", [
+    ("tiny", ["env.task=babyai/nonexistent"], "env.task: expected a registered environment <family>/<task>, "
+                                               "got 'babyai/nonexistent'"),
+    ("tiny", ["env.task=nofamily"], "env.task: expected a registered environment"),
+    ("tiny", ["agent.credit=all"], "agent.credit: expected one of final, discounted, gae, got 'all'"),
+    ("calculator_tools", ["agent.task=chess"], "agent.task: expected one of calculator, got 'chess'"),
+    ("calculator_proxy", ["agent.agent=verlog.nothing:here"], "agent.agent: cannot load 'verlog.nothing:here'"),
+    ("calculator_proxy", ["agent.agent=no_colon"], "agent.agent: expected 'module:function', got 'no_colon'"),
+    ("calculator_proxy", ["agent.agent=os:sep"], "agent.agent: 'os:sep' is not callable"),
+])
+def test_unknown_names_are_one_line_naming_the_key(recipe, overrides, message):
+    cfg = load_recipe(recipe, overrides)  # the values alone are valid
+    with pytest.raises(ConfigError) as err:
+        check_buildable(cfg)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_names_are_only_checked_where_they_are_used():
+    check_buildable(load_recipe("calculator_tools", ["env.task=not/registered"]))  # tool loop: no env
+    check_buildable(load_recipe("tiny", ["agent.task=chess", "agent.agent=verlog.nothing:here"]))  # env loop
+    check_buildable(load_recipe("calculator_tools", ["agent.agent=verlog.nothing:here"]))  # no proxy
+
+
+def test_loading_a_config_imports_no_registry():
+    code = ("import sys; from verlog.config import load_recipe; load_recipe('calculator_proxy'); "
+            "print(sorted(m for m in sys.modules if m.startswith('verlog')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["['verlog',", "'verlog.config',", "'verlog.config_validate']"]

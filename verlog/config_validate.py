@@ -1,0 +1,172 @@
+"""The value rules of a run configuration: choices, ranges and cross-field constraints.
+
+Pure data and pure functions: :func:`first_problem` reads a :class:`~verlog.config.TrainConfig`
+and returns its first problem as one line naming the key, or None; :func:`verlog.config.validate`
+raises it as a ``ConfigError``. Whether the names a config gives exist (a registered environment, a
+known tool task, a loadable agent function) is checked by :mod:`verlog.preflight`, which needs the
+registries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterator
+
+__all__ = ["AGENT_LOOPS", "ALGORITHMS", "GROUP_ALGORITHMS", "first_problem"]
+
+AGENT_LOOPS = ("env", "tools", "proxy")
+ALGORITHMS = ("ppo", "grpo", "gigpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "dapo", "gspo")
+# algorithms whose advantage compares the episodes of a group (verlog.algos.estimators)
+GROUP_ALGORITHMS = ("grpo", "gigpo", "rloo", "reinforce_pp_baseline", "dapo", "gspo")
+
+_CHOICES = {
+    "model.dtype": ("float32", "bfloat16"),
+    "env.vector_mode": ("async", "sync"),
+    "env.instruction_style": ("full", "brief"),
+    "rollout.engine": ("hf", "vllm"),
+    "ppo.kl_kind": ("k1", "k2", "k3"),
+    "logging.wandb_mode": ("offline", "online", "disabled"),
+    "algo.algorithm": ALGORITHMS,
+    "algo.norm": ("mean_std", "mean"),
+    "agent.loop": AGENT_LOOPS,
+    "algo.loss_aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
+}
+_POSITIVE = (
+    "iterations", "threads", "env.num_envs", "rollout.turns_per_env", "rollout.max_response_tokens",
+    "memory.max_prompt_tokens", "ppo.epochs", "ppo.minibatches", "ppo.micro_batch_size", "eval.episodes",
+    "eval.num_envs", "format_warmup.batch_size", "model.tiny.vocab_size", "env.restart_attempts",
+    "ppo.actor_lr", "ppo.critic_lr", "ppo.max_grad_norm", "format_warmup.lr", "model.tiny.hidden_size",
+    "model.tiny.num_layers", "model.tiny.num_heads", "model.tiny.num_kv_heads", "model.tiny.intermediate_size",
+    "model.tiny.corpus_episodes", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_tensor_parallel_size",
+    "algo.group_size", "algo.std_eps", "algo.overlong_cache_tokens", "agent.max_assistant_turns",
+    "agent.max_total_tokens", "agent.max_tool_response_chars",
+)
+_NON_NEGATIVE = (
+    "memory.history_turns", "ppo.critic_warmup_iterations", "ppo.max_skipped_steps", "format_warmup.steps", "checkpoint_every",
+    "turn_budget", "algo.max_refills", "gpus_per_node", "model.lora_rank", "model.lora_dropout",
+    "ppo.micro_batch_tokens",
+    "eval.every", "ppo.entropy_coef", "ppo.kl_coef", "ppo.clip_low", "ppo.clip_high", "rollout.temperature",
+    "ppo.weight_decay", "ppo.value_coef", "seed", "eval.seed", "model.tiny.seed", "format_warmup.episodes",
+    "rollout.vllm_cpu_kv_cache_gb", "model.value_head_init_std", "algo.gigpo_omega", "algo.overlong_penalty_factor",
+)
+#: Optional keys that must be positive when set.
+_POSITIVE_OR_NONE = ("ppo.target_kl", "ppo.value_clip", "env.step_timeout_s", "env.max_steps")
+_UNIT_INTERVAL = ("gae.gamma_step", "gae.lam_step", "gae.gamma_token", "gae.lam_token", "rollout.top_p",
+                  "algo.gigpo_gamma", "algo.reinforce_pp_gamma", "agent.credit_gamma")
+
+
+def _get(cfg: Any, key: str) -> Any:
+    obj: Any = cfg
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _leaves(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every leaf value of a nested config dataclass as ``(dotted key, value)``, in field order."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _leaves(value, f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", value
+
+
+def _table_problem(cfg: Any) -> str | None:
+    """The first key that breaks the finite / choice / range tables."""
+    for key, value in _leaves(cfg):
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{key}: expected a finite number, got {value!r}"
+    for key, choices in _CHOICES.items():
+        if _get(cfg, key) not in choices:
+            return f"{key}: expected one of {', '.join(choices)}, got {_get(cfg, key)!r}"
+    for key in _POSITIVE:
+        if _get(cfg, key) <= 0:
+            return f"{key}: expected a positive number, got {_get(cfg, key)!r}"
+    for key in _NON_NEGATIVE:
+        if _get(cfg, key) < 0:
+            return f"{key}: expected a non-negative number, got {_get(cfg, key)!r}"
+    for key in _UNIT_INTERVAL:
+        if not 0.0 <= _get(cfg, key) <= 1.0:
+            return f"{key}: expected a number in [0, 1], got {_get(cfg, key)!r}"
+    for key in _POSITIVE_OR_NONE:
+        if _get(cfg, key) is not None and _get(cfg, key) <= 0:
+            return f"{key}: expected a positive number or null, got {_get(cfg, key)!r}"
+    return None
+
+
+def _cross_field_problem(cfg: Any) -> str | None:
+    """The first broken rule that ties several keys together (engine, model shape, batch split)."""
+    rollout, tiny = cfg.rollout, cfg.model.tiny
+    if rollout.vllm_gpu_memory_utilization > 1:
+        return ("rollout.vllm_gpu_memory_utilization: expected a fraction in (0, 1], "
+                f"got {rollout.vllm_gpu_memory_utilization}")
+    if rollout.vllm_sleep_between_updates and rollout.engine != "vllm":
+        return ("rollout.vllm_sleep_between_updates: needs rollout.engine=vllm "
+                f"(got {rollout.engine!r}, which has no sleep mode)")
+    if rollout.top_k != -1 and rollout.top_k < 1:
+        return f"rollout.top_k: expected -1 (off) or a positive int, got {rollout.top_k}"
+    if tiny.hidden_size % tiny.num_heads or tiny.num_heads % tiny.num_kv_heads or (tiny.hidden_size // tiny.num_heads) % 2:
+        return (f"model.tiny.num_heads: expected to divide model.tiny.hidden_size ({tiny.hidden_size}) into an even head dim "
+                f"and be a multiple of model.tiny.num_kv_heads ({tiny.num_kv_heads}), got {tiny.num_heads}")
+    if not 0 <= cfg.deepspeed.zero_stage <= 3:
+        return f"deepspeed.zero_stage: expected 0, 1, 2 or 3, got {cfg.deepspeed.zero_stage}"
+    if cfg.ppo.dual_clip is not None and cfg.ppo.dual_clip <= 1.0:
+        return f"ppo.dual_clip: expected a number > 1 or null, got {cfg.ppo.dual_clip}"
+    turns = rollout.turns_per_env * cfg.env.num_envs
+    if turns % cfg.ppo.minibatches:
+        return (f"ppo.minibatches: the batch of {turns} turns (rollout.turns_per_env x env.num_envs) "
+                f"is not divisible by {cfg.ppo.minibatches}")
+    if cfg.algo.algorithm == "ppo" and cfg.ppo.critic_warmup_iterations >= cfg.iterations:
+        return (f"ppo.critic_warmup_iterations: {cfg.ppo.critic_warmup_iterations} leaves no policy update "
+                f"in {cfg.iterations} iterations")
+    return None
+
+
+def _agent_problem(cfg: Any) -> str | None:
+    """The first broken rule of the ``agent`` section when a tool task is used."""
+    agent = cfg.agent
+    if agent.max_operand < 2:
+        return f"agent.max_operand: expected an integer >= 2, got {agent.max_operand}"
+    if agent.credit_gamma <= 0:
+        return f"agent.credit_gamma: expected a number in (0, 1], got {agent.credit_gamma}"
+    if cfg.algo.algorithm == "gigpo":
+        return ("algo.algorithm: gigpo groups turns by exact environment state, which tool conversations "
+                "do not report; use grpo or another algorithm")
+    return None
+
+
+def _algo_problem(cfg: Any) -> str | None:
+    """The first broken rule of the ``algo`` section."""
+    algo = cfg.algo
+    if algo.algorithm in GROUP_ALGORITHMS:
+        if algo.group_size < 2:
+            return (f"algo.group_size: algorithm {algo.algorithm} compares episodes of a group and needs >= 2, "
+                    f"got {algo.group_size}")
+        if cfg.env.num_envs % algo.group_size:
+            return f"algo.group_size: env.num_envs={cfg.env.num_envs} is not divisible by group size {algo.group_size}"
+    elif algo.dynamic_sampling:
+        return f"algo.dynamic_sampling: needs a group algorithm, not {algo.algorithm}"
+    if algo.overlong_penalty and algo.overlong_cache_tokens > cfg.rollout.max_response_tokens:
+        return (f"algo.overlong_cache_tokens: {algo.overlong_cache_tokens} exceeds rollout.max_response_tokens="
+                f"{cfg.rollout.max_response_tokens}")
+    return None
+
+
+def first_problem(cfg: Any) -> str | None:
+    """The first value problem of ``cfg`` (a :class:`~verlog.config.TrainConfig`), or None.
+
+    Order: non-finite numbers, choices, ranges, cross-field rules, the ``agent`` section (tool
+    loops only), LoRA with ZeRO-3, the ``algo`` section.
+
+    Returns:
+        one line that starts with the offending key, or None when every rule holds.
+    """
+    problem = _table_problem(cfg) or _cross_field_problem(cfg)
+    if problem is None and cfg.agent.loop != "env":
+        problem = _agent_problem(cfg)
+    if problem is None and cfg.model.lora_rank and cfg.deepspeed.zero_stage == 3:
+        problem = ("model.lora_rank: LoRA is not supported with deepspeed.zero_stage=3 yet (use 0-2: the "
+                   "adapters are small, so ZeRO-3's parameter partitioning gains little)")
+    return problem or _algo_problem(cfg)
