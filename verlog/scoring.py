@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from verlog.algos.losses import entropy_from_logits, logprobs_from_logits
+from verlog.algos.logprobs import entropy_from_logits, logprobs_from_logits
 
 
 @dataclass
