@@ -102,7 +102,7 @@ def grpo_advantages(
         eps: > 0, added to the std.
 
     Returns:
-        :class:`AdvantageResult` with advantages [E]; metrics ``group_size_mean``,
+        :class:`~verlog.algos.groups.AdvantageResult` with advantages [E]; metrics ``group_size_mean``,
         ``no_signal_group_fraction``, ``singleton_groups``.
 
     Raises:
@@ -129,7 +129,7 @@ def rloo_advantages(returns: Tensor, group_ids: Tensor) -> AdvantageResult:
         returns: float [E]; group_ids: int [E].
 
     Returns:
-        :class:`AdvantageResult` with advantages [E] (metrics as :func:`grpo_advantages`).
+        :class:`~verlog.algos.groups.AdvantageResult` with advantages [E] (metrics as :func:`grpo_advantages`).
 
     Raises:
         as :func:`grpo_advantages`.
@@ -167,7 +167,7 @@ def reinforce_pp_baseline_advantages(returns: Tensor, group_ids: Tensor, *, eps:
         returns: float [E]; group_ids: int [E]; eps: > 0, added to the variance.
 
     Returns:
-        :class:`AdvantageResult` with advantages [E] (metrics as :func:`grpo_advantages`).
+        :class:`~verlog.algos.groups.AdvantageResult` with advantages [E] (metrics as :func:`grpo_advantages`).
 
     Raises:
         as :func:`grpo_advantages`.
@@ -205,11 +205,11 @@ def reinforce_pp_advantages(
         eps: > 0, added to the variance.
 
     Returns:
-        :class:`AdvantageResult` with advantages [M], num_groups = 1; metrics
+        :class:`~verlog.algos.groups.AdvantageResult` with advantages [M], num_groups = 1; metrics
         ``episodes``, ``return_mean`` (mu), ``return_std`` (sigma).
 
     Raises:
-        TypeError/ValueError: as :func:`episode_returns`; gamma outside [0, 1]; eps <= 0.
+        TypeError/ValueError: as :func:`~verlog.algos.groups.episode_returns`; gamma outside [0, 1]; eps <= 0.
     """
     check_turns(rewards, episode_ids)
     gamma = check_gamma(gamma)

@@ -362,7 +362,7 @@ def entropy_bonus(
         0-dim tensor, entropy in nats (differentiable).
 
     Raises:
-        as :func:`entropy_from_logits` and :func:`masked_mean`.
+        as :func:`~verlog.algos.logprobs.entropy_from_logits` and :func:`masked_mean`.
     """
     return _aggregate(entropy_from_logits(logits), mask, loss_normalizer, aggregation)
 
