@@ -49,9 +49,10 @@ class AlgorithmSpec:
         needs_critic: trains a critic and takes the dual-discount GAE path (fixed-turn batches,
             token rewards, whitened GAE advantages). False: critic-free, whole-episode batches and
             ``estimator``'s advantages.
-        grouped_rollouts: the advantage compares the episodes of a group: episodes are collected in
-            groups of ``algo.group_size`` (>= 2) that share a start state (the same task/seed). The
-            "group algorithms" of the config.
+        grouped_rollouts: the advantage compares the episodes of a group, so whole episodes must come
+            in groups of ``algo.group_size`` >= 2 that share a start state (the same task/seed): the
+            config's "group algorithms". (Every critic-free algorithm collects whole episodes in
+            groups of ``algo.group_size``; only these need the groups to have more than one episode.)
         needs_state_keys: the estimator groups turns by exact environment state (GiGPO's anchor
             states): the environments must report a state key for every turn.
         policy_loss: "ppo", the clipped token-ratio surrogate with dual clip
