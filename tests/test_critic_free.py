@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from verlog.algos import estimators as E
-from verlog.algos.critic_free import critic_free_advantages, dynamic_sampling_keep, episode_group_returns
+from verlog.algos.batch_estimators import episode_group_returns
+from verlog.algos.critic_free import critic_free_advantages, dynamic_sampling_keep
+from verlog.algos.gigpo import gigpo_advantages
 from verlog.batch import TurnBatch
 from verlog.config import AlgoConfig
 
@@ -90,8 +92,8 @@ def _reference(batch: TurnBatch, algo: AlgoConfig) -> torch.Tensor:
         per_turn = E.reinforce_pp_advantages(rewards, eps, gamma=algo.reinforce_pp_gamma).advantages
     elif name == "gigpo":
         states = [int(batch.state_ids[t, n]) for t, n in turns]
-        per_turn = E.gigpo_advantages(rewards, eps, groups, states, omega=algo.gigpo_omega, gamma=algo.gigpo_gamma,
-                                      norm=algo.norm, eps=algo.std_eps).advantages
+        per_turn = gigpo_advantages(rewards, eps, groups, states, omega=algo.gigpo_omega, gamma=algo.gigpo_gamma,
+                                    norm=algo.norm, eps=algo.std_eps).advantages
     else:
         ids = sorted(set(eps.tolist()))
         ret = torch.tensor([float(rewards[eps == e].sum()) for e in ids], dtype=torch.float64)

@@ -11,17 +11,15 @@ import pytest
 import torch
 
 from verlog.algos.estimators import (
-    broadcast_turn_advantages,
-    discounted_turn_returns,
     dynamic_sampling_filter,
-    episode_returns,
-    gigpo_advantages,
     grpo_advantages,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
     rloo_advantages,
-    turn_index,
 )
+from verlog.algos.gigpo import gigpo_advantages
+from verlog.algos.groups import discounted_turn_returns, episode_returns
+from verlog.algos.turns import broadcast_turn_advantages, turn_index
 
 torch.set_num_threads(1)
 F64 = torch.float64

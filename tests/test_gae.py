@@ -1,12 +1,13 @@
 """Dual-discount GAE: hand-worked numbers, the slow reference, the turn-level reduction,
 episode-boundary semantics and input validation."""
 
+import inspect
 import math
 
 import pytest
 import torch
 
-from verlog.algos.gae import dual_discount_gae, reference_dual_discount_gae
+from verlog.algos.gae import dual_discount_gae, padded_dual_discount_gae, reference_dual_discount_gae
 
 torch.set_num_threads(1)
 F64 = torch.float64
@@ -354,3 +355,20 @@ def test_overflow_of_finite_inputs_raises():
     args[0] = torch.full((2, 1, 3), 1.5e308, dtype=F64)  # finite, but their sum is not
     with pytest.raises(ValueError, match="overflowed to inf"):
         dual_discount_gae(*args, 0.9, 0.9, 1.0, 1.0)
+
+
+def test_reference_and_padded_share_the_signature_of_the_fast_gae():
+    fast = inspect.signature(dual_discount_gae)
+    assert inspect.signature(reference_dual_discount_gae) == fast
+    padded = list(inspect.signature(padded_dual_discount_gae).parameters.values())
+    assert [p.name for p in padded] == [*list(fast.parameters)[:6], "turn_mask", *list(fast.parameters)[6:]]
+    assert [p for p in padded if p.name != "turn_mask"] == list(fast.parameters.values())
+
+
+@pytest.mark.parametrize("index, name", [(0, "gamma_step"), (1, "lam_step"), (2, "gamma_token"), (3, "lam_token")])
+def test_each_discount_is_checked_by_name_in_both_gaes(index, name):
+    gammas = [0.9, 0.9, 1.0, 1.0]
+    gammas[index] = 1.5
+    for gae in (dual_discount_gae, reference_dual_discount_gae):
+        with pytest.raises(ValueError, match=f"{name} must be in \\[0, 1\\], got 1.5"):
+            gae(*_ok(), *gammas)

@@ -1,4 +1,4 @@
-"""PPO token-level losses on hand-worked numbers and against straightforward references."""
+"""PPO/GSPO token-level losses on hand-worked numbers and against straightforward references."""
 
 import math
 
@@ -8,12 +8,9 @@ import torch
 from verlog.algos.losses import (
     AGGREGATIONS,
     aggregate_loss,
-    gspo_policy_loss,
-    overlong_penalty,
     entropy_bonus,
-    entropy_from_logits,
+    gspo_policy_loss,
     kl_penalty,
-    logprobs_from_logits,
     masked_mean,
     ppo_policy_loss,
     value_loss,
@@ -24,52 +21,8 @@ F64 = torch.float64
 
 
 # --------------------------------------------------------------------------------------
-# logprobs / entropy
+# entropy bonus
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("chunk_rows", [1, 5, 1024])
-def test_logprobs_match_log_softmax_gather(chunk_rows):
-    gen = torch.Generator().manual_seed(0)
-    logits = (3 * torch.randn(3, 7, 11, generator=gen, dtype=F64)).requires_grad_(True)
-    labels = torch.randint(0, 11, (3, 7), generator=gen)
-    out = logprobs_from_logits(logits, labels, chunk_rows=chunk_rows)
-    ref = torch.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
-    (g,) = torch.autograd.grad(out.sum(), logits)
-    (g_ref,) = torch.autograd.grad(ref.sum(), logits)
-    torch.testing.assert_close(g, g_ref, atol=1e-12, rtol=0)
-
-
-def test_logprobs_hand_numbers_and_bf16_upcast():
-    # logits [0, ln 3]: softmax = [1/4, 3/4]
-    logits = torch.tensor([[[0.0, math.log(3.0)]]])
-    out = logprobs_from_logits(logits, torch.tensor([[1]]))
-    assert out.item() == pytest.approx(math.log(0.75), abs=1e-6)
-    out_bf16 = logprobs_from_logits(logits.to(torch.bfloat16), torch.tensor([[0]]))
-    assert out_bf16.dtype == torch.float32
-    assert out_bf16.item() == pytest.approx(math.log(0.25), abs=1e-2)  # bf16 rounding of ln 3
-
-
-def test_logprobs_bad_labels_raise():
-    logits = torch.zeros(2, 3, 5)
-    with pytest.raises(ValueError, match=r"labels must be token ids in \[0, 5\)"):
-        logprobs_from_logits(logits, torch.full((2, 3), 5))
-    with pytest.raises(ValueError, match="labels must have shape"):
-        logprobs_from_logits(logits, torch.zeros(2, 4, dtype=torch.long))
-    with pytest.raises(TypeError, match="labels must be an int64"):
-        logprobs_from_logits(logits, torch.zeros(2, 3, dtype=torch.int32))
-
-
-def test_entropy_matches_reference_and_limits():
-    gen = torch.Generator().manual_seed(1)
-    logits = 2 * torch.randn(4, 5, 9, generator=gen, dtype=F64)
-    ref = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
-    torch.testing.assert_close(entropy_from_logits(logits, chunk_rows=3), ref, atol=1e-12, rtol=0)
-    # uniform over V = 8 -> ln 8; (almost) deterministic -> 0
-    assert entropy_from_logits(torch.zeros(1, 1, 8)).item() == pytest.approx(math.log(8), abs=1e-6)
-    peaked = torch.tensor([[[100.0, 0.0, 0.0]]])
-    assert entropy_from_logits(peaked).item() == pytest.approx(0.0, abs=1e-6)
-
-
 def test_entropy_bonus_is_masked_mean_of_entropy():
     logits = torch.stack([torch.zeros(4), torch.tensor([100.0, 0, 0, 0]), torch.zeros(4)]).reshape(1, 3, 4)
     mask = torch.tensor([[True, True, False]])
@@ -417,43 +370,3 @@ def test_gspo_garbage_outside_mask_and_bad_input():
         gspo_policy_loss(new, new, new, torch.zeros_like(mask))
     with pytest.raises(ValueError, match="clip_low must be in"):
         gspo_policy_loss(new, new, new, mask, clip_low=1.0)
-
-
-# --------------------------------------------------------------------------------------
-# DAPO overlong penalty: L_max = 10, L_cache = 4 -> ramp from length 6 (0) to 10 (-1)
-# --------------------------------------------------------------------------------------
-def test_overlong_penalty_hand_worked():
-    lengths = torch.tensor([0, 6, 7, 8, 10, 11])
-    torch.testing.assert_close(overlong_penalty(lengths, 10, 4), torch.tensor([0, 0, -0.25, -0.5, -1.0, -1.0]))
-    torch.testing.assert_close(overlong_penalty(lengths, 10, 4, penalty_factor=0.5),
-                               torch.tensor([0, 0, -0.125, -0.25, -0.5, -0.5]))
-    assert overlong_penalty(lengths, 10, 4).dtype == torch.float32
-
-
-def test_overlong_penalty_matches_reference_on_600_random_cases():
-    gen = torch.Generator().manual_seed(24)
-    for _ in range(600):
-        L = int(torch.randint(1, 40, (1,), generator=gen))
-        C = int(torch.randint(1, L + 1, (1,), generator=gen))
-        f = float(torch.rand(1, generator=gen)) * 2
-        lengths = torch.randint(0, L + 5, (7,), generator=gen)
-        expected = []
-        for y in lengths.tolist():
-            if y <= L - C:
-                expected.append(0.0)
-            elif y <= L:
-                expected.append(f * ((L - C) - y) / C)
-            else:
-                expected.append(-f)
-        torch.testing.assert_close(overlong_penalty(lengths, L, C, f), torch.tensor(expected), atol=1e-6, rtol=0)
-
-
-def test_overlong_penalty_bad_input_raises():
-    with pytest.raises(ValueError, match="cache_length must be"):
-        overlong_penalty(torch.tensor([1]), 10, 11)
-    with pytest.raises(ValueError, match="cache_length must be"):
-        overlong_penalty(torch.tensor([1]), 10, 0)
-    with pytest.raises(ValueError, match="lengths must be >= 0"):
-        overlong_penalty(torch.tensor([-1]), 10, 4)
-    with pytest.raises(TypeError, match="integer tensor"):
-        overlong_penalty(torch.tensor([1.0]), 10, 4)

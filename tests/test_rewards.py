@@ -1,9 +1,9 @@
-"""Token reward placement."""
+"""Reward terms: token reward placement, DAPO's overlong penalty and the shaped turn rewards."""
 
 import pytest
 import torch
 
-from verlog.algos.rewards import token_rewards
+from verlog.algos.rewards import overlong_penalty, shaped_rewards, token_rewards
 
 
 def test_reward_on_last_valid_token_only():
@@ -45,3 +45,75 @@ def test_padding_turns_of_whole_episode_batches_get_nothing():
         token_rewards(rewards, mask)  # without the turn mask the padding turn is an error
     with pytest.raises(ValueError, match="padding turn has a reward"):
         token_rewards(torch.tensor([[0.0, 2.0], [1.0, 5.0]]), mask, turn_mask=turns)
+
+
+# --------------------------------------------------------------------------------------
+# DAPO overlong penalty: L_max = 10, L_cache = 4 -> ramp from length 6 (0) to 10 (-1)
+# --------------------------------------------------------------------------------------
+def test_overlong_penalty_hand_worked():
+    lengths = torch.tensor([0, 6, 7, 8, 10, 11])
+    torch.testing.assert_close(overlong_penalty(lengths, 10, 4), torch.tensor([0, 0, -0.25, -0.5, -1.0, -1.0]))
+    torch.testing.assert_close(overlong_penalty(lengths, 10, 4, penalty_factor=0.5),
+                               torch.tensor([0, 0, -0.125, -0.25, -0.5, -0.5]))
+    assert overlong_penalty(lengths, 10, 4).dtype == torch.float32
+
+
+def test_overlong_penalty_matches_reference_on_600_random_cases():
+    gen = torch.Generator().manual_seed(24)
+    for _ in range(600):
+        L = int(torch.randint(1, 40, (1,), generator=gen))
+        C = int(torch.randint(1, L + 1, (1,), generator=gen))
+        f = float(torch.rand(1, generator=gen)) * 2
+        lengths = torch.randint(0, L + 5, (7,), generator=gen)
+        expected = []
+        for y in lengths.tolist():
+            if y <= L - C:
+                expected.append(0.0)
+            elif y <= L:
+                expected.append(f * ((L - C) - y) / C)
+            else:
+                expected.append(-f)
+        torch.testing.assert_close(overlong_penalty(lengths, L, C, f), torch.tensor(expected), atol=1e-6, rtol=0)
+
+
+def test_overlong_penalty_bad_input_raises():
+    with pytest.raises(ValueError, match="cache_length must be"):
+        overlong_penalty(torch.tensor([1]), 10, 11)
+    with pytest.raises(ValueError, match="cache_length must be"):
+        overlong_penalty(torch.tensor([1]), 10, 0)
+    with pytest.raises(ValueError, match="lengths must be >= 0"):
+        overlong_penalty(torch.tensor([-1]), 10, 4)
+    with pytest.raises(TypeError, match="integer tensor"):
+        overlong_penalty(torch.tensor([1.0]), 10, 4)
+
+
+# --------------------------------------------------------------------------------------
+# shaped turn rewards: the overlong penalty added on real turns only
+# --------------------------------------------------------------------------------------
+def test_shaped_rewards_hand_worked():
+    # L_max = 10, L_cache = 4: penalty 0 up to length 6, -(y - 6) / 4 up to 10, -1 beyond
+    rewards = torch.tensor([[1.0, 0.0, -0.1], [0.5, 0.0, 0.0]])
+    before = rewards.clone()
+    lengths = torch.tensor([[5, 8, 10], [11, 7, 12]])
+    turns = torch.tensor([[True, True, True], [True, True, False]])  # [1, 2] is a padding turn
+    out = shaped_rewards(rewards, lengths, turns, max_response_tokens=10, cache_tokens=4, factor=1.0)
+    torch.testing.assert_close(out, torch.tensor([[1.0, -0.5, -1.1], [-0.5, -0.25, 0.0]]))
+    out = shaped_rewards(rewards, lengths, turns, max_response_tokens=10, cache_tokens=4, factor=2.0)
+    torch.testing.assert_close(out, torch.tensor([[1.0, -1.0, -2.1], [-1.5, -0.5, 0.0]]))
+    assert torch.equal(rewards, before)  # a new tensor: the input is not modified
+
+
+def test_shaped_rewards_is_the_inline_sum_bit_for_bit():
+    gen = torch.Generator().manual_seed(5)
+    rewards = torch.randn(6, 4, generator=gen)
+    lengths = torch.randint(0, 20, (6, 4), generator=gen)
+    turns = torch.rand(6, 4, generator=gen) > 0.2
+    out = shaped_rewards(rewards, lengths, turns, max_response_tokens=16, cache_tokens=5, factor=0.7)
+    assert torch.equal(out, rewards + torch.where(turns, overlong_penalty(lengths, 16, 5, 0.7), 0.0))
+    assert out.dtype == rewards.dtype
+
+
+def test_shaped_rewards_bad_settings_raise():
+    with pytest.raises(ValueError, match="cache_length must be"):
+        shaped_rewards(torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.bool),
+                       max_response_tokens=4, cache_tokens=5, factor=1.0)

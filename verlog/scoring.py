@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from verlog.algos.losses import entropy_from_logits, logprobs_from_logits
+from verlog.algos.logprobs import entropy_from_logits, logprobs_from_logits
 from verlog.batch import TurnBatch
 
 

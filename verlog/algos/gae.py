@@ -42,22 +42,18 @@ def _check_discount(name: str, x: float) -> float:
     return x
 
 
-def _validate(
-    rewards: Tensor,
-    values: Tensor,
-    response_mask: Tensor,
-    terminated: Tensor,
-    truncated: Tensor,
-    bootstrap_values: Tensor,
-    gamma_step: float,
-    lam_step: float,
-    gamma_token: float,
-    lam_token: float,
-) -> tuple[Tensor, tuple[float, float, float, float]]:
+#: the four discounts of :func:`dual_discount_gae`, in its argument order
+_DISCOUNTS = ("gamma_step", "lam_step", "gamma_token", "lam_token")
+
+
+def _validate(rewards: Tensor, values: Tensor, response_mask: Tensor, terminated: Tensor, truncated: Tensor,
+              bootstrap_values: Tensor, discounts: tuple[float, float, float, float]
+              ) -> tuple[Tensor, tuple[float, float, float, float]]:
     """Check types, shapes, dtypes, devices, the mask's layout and the discounts.
 
-    Finiteness is checked separately (:func:`_check_finite`). Returns the response
-    lengths L (int64 [T, N]) and the four discounts as Python floats. Raises
+    The tensors are :func:`dual_discount_gae`'s; ``discounts`` are its (gamma_step, lam_step,
+    gamma_token, lam_token). Finiteness is checked separately (:func:`_check_finite`). Returns
+    the response lengths L (int64 [T, N]) and the four discounts as Python floats. Raises
     TypeError/ValueError (see :func:`dual_discount_gae`).
     """
     tensors = {
@@ -95,12 +91,7 @@ def _validate(
     for name, x in tensors.items():
         if x.device != values.device:
             raise ValueError(f"{name} is on {x.device} but values is on {values.device}")
-    discounts = (
-        _check_discount("gamma_step", gamma_step),
-        _check_discount("lam_step", lam_step),
-        _check_discount("gamma_token", gamma_token),
-        _check_discount("lam_token", lam_token),
-    )
+    g_step, l_step, g_tok, l_tok = (_check_discount(name, x) for name, x in zip(_DISCOUNTS, discounts, strict=True))
 
     lengths = response_mask.view(torch.uint8).sum(dim=-1, dtype=torch.int64)
     if bool((lengths == 0).any()):
@@ -113,7 +104,7 @@ def _validate(
             f"response_mask is not left-aligned: response_mask[{t}, {n}, {k + 1}] is True "
             f"but response_mask[{t}, {n}, {k}] is False"
         )
-    return lengths, discounts
+    return lengths, (g_step, l_step, g_tok, l_tok)
 
 
 def _check_finite(
@@ -227,10 +218,8 @@ def dual_discount_gae(
             in an entry that is read (checked on the result; the message names the input),
             or an overflow to inf.
     """
-    lengths, (g_step, l_step, g_tok, l_tok) = _validate(
-        rewards, values, response_mask, terminated, truncated, bootstrap_values,
-        gamma_step, lam_step, gamma_token, lam_token,
-    )
+    lengths, (g_step, l_step, g_tok, l_tok) = _validate(rewards, values, response_mask, terminated, truncated,
+                                                        bootstrap_values, (gamma_step, lam_step, gamma_token, lam_token))
     mask = response_mask
 
     # V'_0 per turn, already multiplied by (1 - d_t): next turn's turn value where the chain
@@ -317,18 +306,9 @@ def _unit_token_discount_gae(
     return advantages, returns
 
 
-def reference_dual_discount_gae(
-    rewards: Tensor,
-    values: Tensor,
-    response_mask: Tensor,
-    terminated: Tensor,
-    truncated: Tensor,
-    bootstrap_values: Tensor,
-    gamma_step: float,
-    lam_step: float,
-    gamma_token: float,
-    lam_token: float,
-) -> tuple[Tensor, Tensor]:
+def reference_dual_discount_gae(rewards: Tensor, values: Tensor, response_mask: Tensor, terminated: Tensor,
+                                truncated: Tensor, bootstrap_values: Tensor, gamma_step: float, lam_step: float,
+                                gamma_token: float, lam_token: float) -> tuple[Tensor, Tensor]:
     """Slow scalar reference of :func:`dual_discount_gae` (same signature, same result).
 
     Plain Python loops over envs n, turns t (last to first) and tokens k (last to first),
@@ -337,10 +317,8 @@ def reference_dual_discount_gae(
 
     Args/Returns/Raises: as :func:`dual_discount_gae` (the same validation runs first).
     """
-    _, (g_step, l_step, g_tok, l_tok) = _validate(
-        rewards, values, response_mask, terminated, truncated, bootstrap_values,
-        gamma_step, lam_step, gamma_token, lam_token,
-    )
+    _, (g_step, l_step, g_tok, l_tok) = _validate(rewards, values, response_mask, terminated, truncated,
+                                                  bootstrap_values, (gamma_step, lam_step, gamma_token, lam_token))
     _check_finite(rewards, values, response_mask, terminated, truncated, bootstrap_values)
     T, N, R = values.shape
     r = rewards.detach().double().cpu().tolist()
@@ -377,19 +355,9 @@ def reference_dual_discount_gae(
     return out_adv, out_ret
 
 
-def padded_dual_discount_gae(
-    rewards: Tensor,
-    values: Tensor,
-    response_mask: Tensor,
-    terminated: Tensor,
-    truncated: Tensor,
-    bootstrap_values: Tensor,
-    turn_mask: Tensor,
-    gamma_step: float,
-    lam_step: float,
-    gamma_token: float,
-    lam_token: float,
-) -> tuple[Tensor, Tensor]:
+def padded_dual_discount_gae(rewards: Tensor, values: Tensor, response_mask: Tensor, terminated: Tensor,
+                             truncated: Tensor, bootstrap_values: Tensor, turn_mask: Tensor, gamma_step: float,
+                             lam_step: float, gamma_token: float, lam_token: float) -> tuple[Tensor, Tensor]:
     """:func:`dual_discount_gae` on a whole-episode batch whose shorter episodes end in padding turns.
 
     A padding turn (``turn_mask`` False) has no response token; it may only follow a terminated

@@ -1,4 +1,4 @@
-"""Token-level PPO losses: policy surrogate, value loss, KL penalty, entropy.
+"""Token-level policy-gradient losses: PPO and GSPO surrogates, value loss, KL penalty, entropy.
 
 Shapes: B sequences (turns), S token positions, V vocabulary size. Every per-token tensor
 is [B, S] (any shape works as long as all per-token arguments share it) and ``mask`` is a
@@ -24,9 +24,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from verlog.algos.logprobs import entropy_from_logits
+
 __all__ = [
-    "logprobs_from_logits",
-    "entropy_from_logits",
     "masked_mean",
     "ppo_policy_loss",
     "value_loss",
@@ -35,7 +35,6 @@ __all__ = [
     "AGGREGATIONS",
     "aggregate_loss",
     "gspo_policy_loss",
-    "overlong_penalty",
 ]
 
 # exp() of a log-ratio is evaluated on a log-ratio clamped to +-_MAX_LOG_RATIO, so that one
@@ -61,85 +60,15 @@ def _check_mask(mask: Tensor) -> None:
         raise TypeError(f"mask must be a bool tensor, got {mask.dtype}")
 
 
-def _row_chunks(logits: Tensor, chunk_rows: int):
-    """Yield [rows, V] slices of the flattened logits."""
-    if chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    flat = logits.reshape(-1, logits.shape[-1])
-    for start in range(0, flat.shape[0], chunk_rows):
-        yield start, flat[start : start + chunk_rows]
-
-
-def _compute_dtype(logits: Tensor) -> torch.dtype:
-    if not logits.is_floating_point():
-        raise TypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
-    return logits.dtype if logits.dtype in (torch.float32, torch.float64) else torch.float32
-
-
-def logprobs_from_logits(logits: Tensor, labels: Tensor, chunk_rows: int = 1024) -> Tensor:
-    """log pi(label | context) per position: logits[label] - logsumexp(logits).
-
-    Memory: never builds a [B, S, V] log_softmax; rows are processed ``chunk_rows`` at a
-    time, so the temporaries (and the float32 up-cast of bf16/fp16 logits) are at most
-    [chunk_rows, V]. Differentiable with respect to ``logits``.
-
-    Args:
-        logits: float [B, S, V] (any leading shape [..., V]), unnormalised.
-        labels: int64 [B, S] (the leading shape of ``logits``), token ids in [0, V).
-        chunk_rows: positions processed per chunk (>= 1).
-
-    Returns:
-        float [B, S] log-probabilities in nats; float32 for bf16/fp16 logits, else the
-        logits' dtype; on the logits' device.
-
-    Raises:
-        TypeError: logits not floating point or labels not int64.
-        ValueError: labels' shape is not logits.shape[:-1], a label outside [0, V), or
-            chunk_rows < 1.
-    """
-    dtype = _compute_dtype(logits)
-    if labels.dtype != torch.long:
-        raise TypeError(f"labels must be an int64 tensor, got {labels.dtype}")
-    if labels.shape != logits.shape[:-1]:
-        raise ValueError(f"labels must have shape {tuple(logits.shape[:-1])}, got {tuple(labels.shape)}")
-    vocab = logits.shape[-1]
-    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= vocab):
-        raise ValueError(f"labels must be token ids in [0, {vocab}), got range [{int(labels.min())}, {int(labels.max())}]")
-    flat_labels = labels.reshape(-1, 1)
-    out = []
-    for start, chunk in _row_chunks(logits, chunk_rows):
-        chunk = chunk.to(dtype)
-        picked = chunk.gather(-1, flat_labels[start : start + chunk.shape[0]]).squeeze(-1)
-        out.append(picked - torch.logsumexp(chunk, dim=-1))
-    if not out:
-        return logits.new_zeros(labels.shape, dtype=dtype)
-    return torch.cat(out).reshape(labels.shape)
-
-
-def entropy_from_logits(logits: Tensor, chunk_rows: int = 1024) -> Tensor:
-    """Entropy of softmax(logits) per position: H = logsumexp(z) - sum_v softmax(z)_v z_v.
-
-    Chunked over positions like :func:`logprobs_from_logits`. Differentiable.
-
-    Args:
-        logits: float [B, S, V] (any leading shape [..., V]).
-        chunk_rows: positions processed per chunk (>= 1).
-
-    Returns:
-        float [B, S] entropies in nats (float32 for bf16/fp16 input, else the input dtype).
-
-    Raises:
-        TypeError: logits not floating point. ValueError: chunk_rows < 1.
-    """
-    dtype = _compute_dtype(logits)
-    out = []
-    for _, chunk in _row_chunks(logits, chunk_rows):
-        chunk = chunk.to(dtype)
-        probs = torch.softmax(chunk, dim=-1)
-        out.append(torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(dim=-1))
-    if not out:
-        return logits.new_zeros(logits.shape[:-1], dtype=dtype)
-    return torch.cat(out).reshape(logits.shape[:-1])
+def _check_policy_inputs(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
+                         clip_low: float, clip_high: float) -> None:
+    """The checks every policy loss shares: one shape, a bool mask, clip_low in [0, 1), clip_high >= 0."""
+    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask)
+    _check_mask(mask)
+    if not 0.0 <= clip_low < 1.0:
+        raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
+    if not clip_high >= 0.0:
+        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
 
 
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -288,12 +217,7 @@ def ppo_policy_loss(
         ValueError: shapes differ, no valid token, clip parameters out of range, or
         loss_normalizer <= 0.
     """
-    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask)
-    _check_mask(mask)
-    if not 0.0 <= clip_low < 1.0:
-        raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
-    if not clip_high >= 0.0:
-        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
+    _check_policy_inputs(logprobs, old_logprobs, advantages, mask, clip_low, clip_high)
     if dual_clip is not None and not dual_clip > 1.0:
         raise ValueError(f"dual_clip must be > 1 or None, got {dual_clip}")
     if not bool(mask.any()):
@@ -438,7 +362,7 @@ def entropy_bonus(
         0-dim tensor, entropy in nats (differentiable).
 
     Raises:
-        as :func:`entropy_from_logits` and :func:`masked_mean`.
+        as :func:`~verlog.algos.logprobs.entropy_from_logits` and :func:`masked_mean`.
     """
     return _aggregate(entropy_from_logits(logits), mask, loss_normalizer, aggregation)
 
@@ -482,12 +406,7 @@ def gspo_policy_loss(
     Raises:
         TypeError/ValueError: as :func:`ppo_policy_loss`.
     """
-    _check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask)
-    _check_mask(mask)
-    if not 0.0 <= clip_low < 1.0:
-        raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
-    if not clip_high >= 0.0:
-        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
+    _check_policy_inputs(logprobs, old_logprobs, advantages, mask, clip_low, clip_high)
     if not bool(mask.any()):
         raise ValueError("gspo_policy_loss: mask has no valid token")
     if logprobs.dim() == 0:
@@ -516,45 +435,3 @@ def gspo_policy_loss(
             "approx_kl": float(masked_mean((torch.exp(lr) - 1.0) - lr, mask)),
         }
     return _aggregate(loss, mask, loss_normalizer, aggregation), metrics
-
-
-def overlong_penalty(
-    lengths: Tensor, max_length: int, cache_length: int, penalty_factor: float = 1.0
-) -> Tensor:
-    """DAPO's soft overlong punishment of a response by its length (a reward to add).
-
-    Yu et al. 2025, "DAPO", arXiv 2503.14476, eq. 13, with L_max = ``max_length`` and
-    L_cache = ``cache_length``:
-        0                                 if |y| <= L_max - L_cache
-        ((L_max - L_cache) - |y|) / L_cache  if L_max - L_cache < |y| <= L_max
-        -1                                if |y| > L_max
-    times ``penalty_factor`` (verl's ``overlong_penalty_factor``). Linear from 0 to -1
-    over the last L_cache tokens, continuous at both ends. For a turn, |y| is its number
-    of response tokens and L_max typically ``rollout.max_response_tokens``.
-
-    Args:
-        lengths: integer tensor of any shape, response lengths in tokens (>= 0).
-        max_length: L_max >= 1. cache_length: L_cache in [1, L_max].
-        penalty_factor: scale of the penalty (>= 0).
-
-    Returns:
-        float32 tensor of the shape of ``lengths``, values in [-penalty_factor, 0].
-
-    Raises:
-        TypeError: lengths not an integer tensor. ValueError: a negative length,
-        max_length < 1, cache_length outside [1, max_length], penalty_factor < 0.
-    """
-    if not isinstance(lengths, Tensor) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
-        raise TypeError("lengths must be an integer tensor")
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-        raise ValueError(f"max_length must be an int >= 1, got {max_length!r}")
-    if isinstance(cache_length, bool) or not isinstance(cache_length, int) or not 1 <= cache_length <= max_length:
-        raise ValueError(f"cache_length must be an int in [1, max_length={max_length}], got {cache_length!r}")
-    if not penalty_factor >= 0:
-        raise ValueError(f"penalty_factor must be >= 0, got {penalty_factor}")
-    if lengths.numel() and int(lengths.min()) < 0:
-        raise ValueError(f"lengths must be >= 0, got {int(lengths.min())}")
-    start = max_length - cache_length
-    ramp = (start - lengths.to(torch.float64)) / cache_length
-    out = torch.where(lengths <= start, 0.0, torch.where(lengths <= max_length, ramp, -1.0))
-    return (out * penalty_factor).to(torch.float32)
