@@ -62,7 +62,7 @@ def prepared_rows(trainer: Trainer) -> U.TrainingRows:
 def run_update(trainer: Trainer, data: U.TrainingRows) -> None:
     """One update of the trainer's actor and critic, as an iteration runs it."""
     U.update(data, actor=trainer.actor, critic=trainer.critic, spec=trainer.spec, cfg=trainer.cfg.ppo,
-             aggregation=trainer.spec.aggregation or trainer.cfg.algo.loss_aggregation, rng=trainer.update_rng,
+             aggregation=trainer.spec.loss_aggregation(trainer.cfg.algo.loss_aggregation), rng=trainer.update_rng,
              skipped=trainer.skipped, train_actor=True, pad_id=int(trainer.tokenizer.pad_token_id))
 
 

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import httpx
 
-from verlog.models import build_tiny_model, load_tokenizer
+from verlog.models import load_tokenizer
 from verlog.proxy import OpenAIProxy, ProxyServer
 from verlog.rollout.engine import Generation, SamplingParams
+from verlog.tiny_model import build_tiny_model
 
 REPLY = "ANSWER: 7"
 

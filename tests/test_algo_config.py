@@ -1,8 +1,11 @@
-"""The ``algo`` config section: defaults, docs, choices and cross-field checks with one-line errors."""
+"""The ``algo`` config section: defaults, docs, choices and cross-field checks with one-line errors
+(the rules that need the algorithm table are checked by :func:`verlog.preflight.check_buildable`)."""
 
 import pytest
 
-from verlog.config import ALGORITHMS, AlgoConfig, ConfigError, build_config, field_docs
+from verlog.algos.registry import ALGORITHMS
+from verlog.config import AlgoConfig, ConfigError, build_config, field_docs
+from verlog.preflight import check_buildable
 
 
 def test_default_is_ppo_and_every_field_is_documented():
@@ -16,6 +19,7 @@ def test_default_is_ppo_and_every_field_is_documented():
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_builds_with_a_group(algorithm):
     cfg = build_config({}, {"algo.algorithm": algorithm, "algo.group_size": 4})
+    check_buildable(cfg)
     assert cfg.algo.algorithm == algorithm
 
 
@@ -44,6 +48,6 @@ def test_typed_overrides_apply():
 ])
 def test_bad_algo_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError) as err:
-        build_config({}, overrides)
+        check_buildable(build_config({}, overrides))
     message = str(err.value)
     assert message.startswith(key) and "\n" not in message

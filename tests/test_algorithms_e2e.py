@@ -9,7 +9,8 @@ import torch
 
 from test_e2e import train
 from verlog.batch import ScoredBatch
-from verlog.config import ALGORITHMS, load_recipe
+from verlog.algos.registry import ALGORITHMS
+from verlog.config import load_recipe
 from verlog.logging import read_metrics
 from verlog.models import load_actor
 

@@ -19,8 +19,8 @@ from verlog.algos.registry import (
     group_algorithm_names,
 )
 from verlog.algos.turns import broadcast_turn_advantages, turn_index
-from verlog.config import ALGORITHMS as CONFIG_ALGORITHMS
-from verlog.config import GROUP_ALGORITHMS, AlgoConfig
+from verlog.config import AlgoConfig, ConfigError, build_config
+from verlog.preflight import check_buildable
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_critic_free import episode_batch  # noqa: E402
@@ -28,14 +28,23 @@ from test_critic_free import episode_batch  # noqa: E402
 CRITIC_FREE = [name for name, spec in ALGORITHMS.items() if not spec.needs_critic]
 
 
-def test_every_config_choice_has_an_entry_in_the_config_order():
-    assert algorithm_names() == CONFIG_ALGORITHMS
-    assert all(ALGORITHMS[name].name == name for name in ALGORITHMS)
+def test_the_config_accepts_exactly_the_table_names_in_table_order():
+    assert algorithm_names() == tuple(ALGORITHMS) and all(ALGORITHMS[name].name == name for name in ALGORITHMS)
+    for name in ALGORITHMS:
+        check_buildable(build_config({}, {"algo.algorithm": name, "algo.group_size": 4}))
+    with pytest.raises(ConfigError, match="algo.algorithm: expected one of " + ", ".join(ALGORITHMS)):
+        check_buildable(build_config({}, {"algo.algorithm": "a2c"}))
 
 
-def test_group_algorithms_are_exactly_those_with_grouped_rollouts():
-    assert group_algorithm_names() == GROUP_ALGORITHMS
-    assert {n for n, s in ALGORITHMS.items() if s.grouped_rollouts} == set(GROUP_ALGORITHMS)
+def test_a_group_size_is_required_exactly_for_grouped_rollouts():
+    assert group_algorithm_names() == tuple(n for n, s in ALGORITHMS.items() if s.grouped_rollouts)
+    for name, spec in ALGORITHMS.items():
+        cfg = build_config({}, {"algo.algorithm": name, "algo.group_size": 1})
+        if spec.grouped_rollouts:
+            with pytest.raises(ConfigError, match="^algo.group_size"):
+                check_buildable(cfg)
+        else:
+            check_buildable(cfg)
 
 
 def test_the_properties_the_trainer_relied_on():

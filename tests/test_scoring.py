@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from verlog.models import build_tiny_model, load_actor, load_critic
+from verlog.models import load_actor, load_critic
 from verlog.scoring import (batched, critic_outputs, pack_pairs, pack_prompts, pack_rows, policy_outputs,
                             response_positions)
+from verlog.tiny_model import build_tiny_model
 
 torch.set_num_threads(1)
 

@@ -10,21 +10,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from verlog.agent.collect import ProxyCollector, ToolLoopCollector, load_agent_fn
+from verlog import distributed as D
+from verlog.agent.collect import ProxyCollector, ToolLoopCollector
+from verlog.agent.loading import load_agent_fn
 from verlog.agent.loop import AgentLimits, ToolAgentLoop
 from verlog.agent.scripted import scripted_examples
 from verlog.agent.tasks import AgentTask, make_agent_task
-from verlog import distributed as D
 from verlog.algos.registry import AlgorithmSpec
-from verlog.config import ConfigError, MemoryConfig, RolloutConfig, TrainConfig
-from verlog.envs.registry import make_env
+from verlog.config import MemoryConfig, RolloutConfig, TrainConfig
 from verlog.envs.vector import make_vector_env
 from verlog.evaluate import EvalResult, evaluate
 from verlog.memory import WindowMemory
-from verlog.models import build_tiny_model, load_actor
+from verlog.models import load_actor
 from verlog.rollout.collector import FixedTurnCollector
 from verlog.rollout.engine import RolloutEngine, SamplingParams
 from verlog.rollout.episodes import EpisodeCollector
+from verlog.tiny_model import build_tiny_model
 from verlog.warmup import WarmupExample, collect_prompts, env_corpus, format_warmup
 
 
@@ -46,7 +47,7 @@ def task_label(cfg: TrainConfig) -> str:
 
 
 def build_tiny_for(cfg: TrainConfig) -> Path:
-    """Build (or reuse, see :func:`~verlog.models.build_tiny_model`) the tiny model of ``cfg``: its
+    """Build (or reuse, see :func:`~verlog.tiny_model.build_tiny_model`) the tiny model of ``cfg``: its
     tokenizer is trained on ``model.tiny.corpus_episodes`` random-play episodes of ``cfg.env.task``
     (a tool task: that many items' warm-up conversations).
 
@@ -108,23 +109,6 @@ def run_format_warmup(cfg: TrainConfig, tokenizer: Any, make_memory: Callable[[]
               f"{losses[0]:.3f} -> {losses[-1]:.3f} nats/token ({seconds:.1f} s)", flush=True)
     D.barrier()
     return seconds
-
-
-def check_state_keys(cfg: TrainConfig) -> None:
-    """An algorithm that groups turns by exact state (GiGPO) needs an env that reports state keys.
-
-    Raises:
-        ConfigError: one line naming ``algo.algorithm`` and the env.
-    """
-    env = make_env(cfg.env.task, **cfg.env.env_kwargs())
-    try:
-        env.reset(seed=0)
-        env.unwrapped.state_key
-    except NotImplementedError:
-        raise ConfigError(f"algo.algorithm: {cfg.algo.algorithm} groups turns by exact game state, and {cfg.env.task} "
-                          "does not report a state key (TextEnv.state_key); use grpo or another algorithm") from None
-    finally:
-        env.close()
 
 
 def make_collector(cfg: TrainConfig, spec: AlgorithmSpec, engine: RolloutEngine, tokenizer: Any, *,

@@ -203,7 +203,7 @@ def _resolve_checkpoint(path: Path) -> tuple[Path, Path | None]:
         _fail(f"checkpoint: not found: {path}")
     model_dir = path
     if (path / "checkpoints").is_dir():  # a run directory: its newest checkpoint
-        from verlog.trainer import newest_checkpoint
+        from verlog.checkpointing import newest_checkpoint
 
         ckpt = newest_checkpoint(path)
         if ckpt is None:

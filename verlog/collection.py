@@ -12,10 +12,8 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
-import torch
-
 from verlog.algos.critic_free import dynamic_sampling_keep
-from verlog.algos.losses import overlong_penalty
+from verlog.algos.rewards import shaped_rewards
 from verlog.batch import TurnBatch
 from verlog.config import TrainConfig
 from verlog.rollout.collector import CollectStats
@@ -29,9 +27,10 @@ def shape_rewards(batch: TurnBatch, cfg: TrainConfig) -> TurnBatch:
     algo = cfg.algo
     if not algo.overlong_penalty:
         return batch
-    penalty = overlong_penalty(batch.response_lengths, cfg.rollout.max_response_tokens, algo.overlong_cache_tokens,
-                               algo.overlong_penalty_factor)
-    return replace(batch, rewards=batch.rewards + torch.where(batch.turns, penalty, 0.0))
+    return replace(batch, rewards=shaped_rewards(batch.rewards, batch.response_lengths, batch.turns,
+                                                 max_response_tokens=cfg.rollout.max_response_tokens,
+                                                 cache_tokens=algo.overlong_cache_tokens,
+                                                 factor=algo.overlong_penalty_factor))
 
 
 def merge_stats(into: CollectStats, more: CollectStats) -> None:

@@ -17,7 +17,7 @@ import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verlog.config_validate import ALGORITHMS, first_problem
+from verlog.config_validate import first_problem
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
@@ -408,5 +408,5 @@ def field_docs(cls: type = TrainConfig, prefix: str = "") -> list[tuple[str, str
     return rows
 
 
-__all__ = ["ConfigError", "TrainConfig", "AlgoConfig", "ALGORITHMS", "load_recipe", "build_config", "validate", "field_docs",
+__all__ = ["ConfigError", "TrainConfig", "AlgoConfig", "load_recipe", "build_config", "validate", "field_docs",
            "save_config", "to_dict", "parse_overrides", "MISSING", "DictConfig"]

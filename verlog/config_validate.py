@@ -2,9 +2,9 @@
 
 Pure data and pure functions: :func:`first_problem` reads a :class:`~verlog.config.TrainConfig`
 and returns its first problem as one line naming the key, or None; :func:`verlog.config.validate`
-raises it as a ``ConfigError``. Whether the names a config gives exist (a registered environment, a
-known tool task, a loadable agent function) is checked by :mod:`verlog.preflight`, which needs the
-registries.
+raises it as a ``ConfigError``. Whether the names a config gives exist (an algorithm of the
+algorithm table, a registered environment, a known tool task, a loadable agent function) and the
+rules that depend on them are checked by :mod:`verlog.preflight`, which needs the registries.
 """
 
 from __future__ import annotations
@@ -13,12 +13,9 @@ import dataclasses
 import math
 from typing import Any, Iterator
 
-__all__ = ["AGENT_LOOPS", "ALGORITHMS", "GROUP_ALGORITHMS", "first_problem"]
+__all__ = ["AGENT_LOOPS", "first_problem"]
 
 AGENT_LOOPS = ("env", "tools", "proxy")
-ALGORITHMS = ("ppo", "grpo", "gigpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "dapo", "gspo")
-# algorithms whose advantage compares the episodes of a group (verlog.algos.estimators)
-GROUP_ALGORITHMS = ("grpo", "gigpo", "rloo", "reinforce_pp_baseline", "dapo", "gspo")
 
 _CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
@@ -27,7 +24,6 @@ _CHOICES = {
     "rollout.engine": ("hf", "vllm"),
     "ppo.kl_kind": ("k1", "k2", "k3"),
     "logging.wandb_mode": ("offline", "online", "disabled"),
-    "algo.algorithm": ALGORITHMS,
     "algo.norm": ("mean_std", "mean"),
     "agent.loop": AGENT_LOOPS,
     "algo.loss_aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
@@ -118,9 +114,6 @@ def _cross_field_problem(cfg: Any) -> str | None:
     if turns % cfg.ppo.minibatches:
         return (f"ppo.minibatches: the batch of {turns} turns (rollout.turns_per_env x env.num_envs) "
                 f"is not divisible by {cfg.ppo.minibatches}")
-    if cfg.algo.algorithm == "ppo" and cfg.ppo.critic_warmup_iterations >= cfg.iterations:
-        return (f"ppo.critic_warmup_iterations: {cfg.ppo.critic_warmup_iterations} leaves no policy update "
-                f"in {cfg.iterations} iterations")
     return None
 
 
@@ -131,23 +124,13 @@ def _agent_problem(cfg: Any) -> str | None:
         return f"agent.max_operand: expected an integer >= 2, got {agent.max_operand}"
     if agent.credit_gamma <= 0:
         return f"agent.credit_gamma: expected a number in (0, 1], got {agent.credit_gamma}"
-    if cfg.algo.algorithm == "gigpo":
-        return ("algo.algorithm: gigpo groups turns by exact environment state, which tool conversations "
-                "do not report; use grpo or another algorithm")
     return None
 
 
 def _algo_problem(cfg: Any) -> str | None:
-    """The first broken rule of the ``algo`` section."""
+    """The first broken rule of the ``algo`` section that needs no algorithm table (the rules that do
+    are checked by :func:`verlog.preflight.check_buildable`)."""
     algo = cfg.algo
-    if algo.algorithm in GROUP_ALGORITHMS:
-        if algo.group_size < 2:
-            return (f"algo.group_size: algorithm {algo.algorithm} compares episodes of a group and needs >= 2, "
-                    f"got {algo.group_size}")
-        if cfg.env.num_envs % algo.group_size:
-            return f"algo.group_size: env.num_envs={cfg.env.num_envs} is not divisible by group size {algo.group_size}"
-    elif algo.dynamic_sampling:
-        return f"algo.dynamic_sampling: needs a group algorithm, not {algo.algorithm}"
     if algo.overlong_penalty and algo.overlong_cache_tokens > cfg.rollout.max_response_tokens:
         return (f"algo.overlong_cache_tokens: {algo.overlong_cache_tokens} exceeds rollout.max_response_tokens="
                 f"{cfg.rollout.max_response_tokens}")

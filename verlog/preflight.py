@@ -2,23 +2,76 @@
 
 :func:`verlog.config.validate` checks values alone (types, ranges, choices); the names below need
 the registries of the layers above the config, so they are checked here, once the config is loaded
-and before anything is built: the environment task, the tool task, the proxy's credit mode and the
-proxy's agent function.
+and before anything is built: the algorithm (its entry in :data:`verlog.algos.registry.ALGORITHMS`
+and what the entry requires of the rest of the config), the environment task, the tool task, the
+proxy's credit mode and the proxy's agent function.
 """
 
 from __future__ import annotations
 
 from verlog.agent.loading import load_agent_fn
 from verlog.agent.tasks import AGENT_TASKS
+from verlog.algos.registry import ALGORITHMS
 from verlog.config import ConfigError, TrainConfig
-from verlog.envs.registry import is_registered
+from verlog.envs.registry import is_registered, make_env
 from verlog.proxy.adapter import CREDIT_MODES
 
-__all__ = ["check_buildable"]
+__all__ = ["check_algorithm", "check_buildable", "check_state_keys"]
+
+
+def check_algorithm(cfg: TrainConfig) -> None:
+    """Check ``algo.algorithm`` against the algorithm table and what its entry requires.
+
+    Raises:
+        ConfigError: one line naming the key: an algorithm not in the table; a critic warm-up that
+            leaves no policy update; a group algorithm with ``algo.group_size`` < 2 or not dividing
+            ``env.num_envs``; ``algo.dynamic_sampling`` without grouped rollouts; an algorithm that
+            needs state keys on tool conversations (which report none).
+    """
+    algo = cfg.algo
+    spec = ALGORITHMS.get(algo.algorithm)
+    if spec is None:
+        raise ConfigError(f"algo.algorithm: expected one of {', '.join(ALGORITHMS)}, got {algo.algorithm!r}")
+    if spec.needs_critic and cfg.ppo.critic_warmup_iterations >= cfg.iterations:
+        raise ConfigError(f"ppo.critic_warmup_iterations: {cfg.ppo.critic_warmup_iterations} leaves no policy update "
+                          f"in {cfg.iterations} iterations")
+    if spec.needs_state_keys and cfg.agent.loop != "env":
+        raise ConfigError(f"algo.algorithm: {algo.algorithm} groups turns by exact environment state, which tool "
+                          "conversations do not report; use grpo or another algorithm")
+    if spec.grouped_rollouts:
+        if algo.group_size < 2:
+            raise ConfigError(f"algo.group_size: algorithm {algo.algorithm} compares episodes of a group and needs "
+                              f">= 2, got {algo.group_size}")
+        if cfg.env.num_envs % algo.group_size:
+            raise ConfigError(f"algo.group_size: env.num_envs={cfg.env.num_envs} is not divisible by group size "
+                              f"{algo.group_size}")
+    elif algo.dynamic_sampling:
+        raise ConfigError(f"algo.dynamic_sampling: needs a group algorithm, not {algo.algorithm}")
+
+
+def check_state_keys(cfg: TrainConfig) -> None:
+    """An algorithm that groups turns by exact state (GiGPO) needs an env that reports state keys;
+    builds one env of ``env.task`` and resets it to find out (nothing to check otherwise).
+
+    Raises:
+        ConfigError: one line naming ``algo.algorithm`` and the env.
+    """
+    if not ALGORITHMS[cfg.algo.algorithm].needs_state_keys or cfg.agent.loop != "env":
+        return
+    env = make_env(cfg.env.task, **cfg.env.env_kwargs())
+    try:
+        env.reset(seed=0)
+        env.unwrapped.state_key
+    except NotImplementedError:
+        raise ConfigError(f"algo.algorithm: {cfg.algo.algorithm} groups turns by exact game state, and {cfg.env.task} "
+                          "does not report a state key (TextEnv.state_key); use grpo or another algorithm") from None
+    finally:
+        env.close()
 
 
 def check_buildable(cfg: TrainConfig) -> None:
-    """Check that the environment, tool task, credit mode and agent function of ``cfg`` exist.
+    """Check that the algorithm, environment, tool task, credit mode and agent function of ``cfg``
+    exist (:func:`check_algorithm` included; :func:`check_state_keys` is separate: it builds an env).
 
     Imports the environment family of ``env.task`` (agent loop ``env``) and the module of
     ``agent.agent`` (agent loop ``proxy``).
@@ -28,6 +81,7 @@ def check_buildable(cfg: TrainConfig) -> None:
             :mod:`verlog.proxy.adapter`, ``env.task`` not a registered environment, ``agent.task`` not
             a tool task of :mod:`verlog.agent.tasks`, or ``agent.agent`` not a loadable function.
     """
+    check_algorithm(cfg)
     if cfg.agent.credit not in CREDIT_MODES:
         raise ConfigError(f"agent.credit: expected one of {', '.join(CREDIT_MODES)}, got {cfg.agent.credit!r}")
     if cfg.agent.loop == "env" and not is_registered(cfg.env.task):

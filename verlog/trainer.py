@@ -31,8 +31,8 @@ import torch
 from verlog import distributed as D
 from verlog.advantages import compute_advantages, scored_batch
 from verlog.algos.registry import ALGORITHMS
-from verlog.builders import (base_model_path, check_state_keys, eval_payload, evaluate_policy, make_collector,
-                             memory_factory, run_format_warmup, uses_agent)
+from verlog.builders import (base_model_path, eval_payload, evaluate_policy, make_collector, memory_factory,
+                             run_format_warmup)
 from verlog.checkpointing import (checkpoint_dir, newest_checkpoint, read_rank_state, read_trainer_state,
                                   save_checkpoint)
 from verlog.collection import collect_batch
@@ -42,6 +42,7 @@ from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
 from verlog.metrics import PhaseTimes, iteration_metrics, make_logger
 from verlog.models import load_tokenizer
+from verlog.preflight import check_buildable, check_state_keys
 from verlog.resume import StopSignals, load_rng_states, truncate_metrics
 from verlog.scoring import score_batch, turn_rows
 from verlog.training_models import build_training_models
@@ -79,9 +80,9 @@ class Trainer:
             D.require_gpus(cfg.gpus_per_node, f"recipe {cfg.name}")
         except RuntimeError as err:
             raise ConfigError(f"gpus_per_node: {err}") from None
+        check_buildable(cfg)
+        check_state_keys(cfg)
         self.spec = ALGORITHMS[cfg.algo.algorithm]
-        if self.spec.needs_state_keys and not uses_agent(cfg):
-            check_state_keys(cfg)
         if cfg.model.path != "tiny":
             load_tokenizer(cfg.model.path)  # fail fast, with one line, before any process group exists
         D.init_distributed()
@@ -208,7 +209,7 @@ class Trainer:
         times = PhaseTimes()
         with times.phase("rollout"):
             batch, stats, algo_metrics = collect_batch(
-                self.collector, cfg, dynamic_sampling=self.spec.dynamic_sampling or cfg.algo.dynamic_sampling)
+                self.collector, cfg, dynamic_sampling=self.spec.uses_dynamic_sampling(cfg.algo.dynamic_sampling))
         if self.rollout.sleep_between_updates:  # free the KV cache and weights for the update
             with times.phase("engine_sleep"):
                 self.rollout.release()
@@ -223,7 +224,7 @@ class Trainer:
                 algo_metrics.update(adv.metrics)
             with times.phase("update"):
                 upd = update(TrainingRows.of(batch, rows, scores, adv), actor=models.actor, critic=models.critic, spec=self.spec, cfg=cfg.ppo,
-                             aggregation=self.spec.aggregation or cfg.algo.loss_aggregation, rng=self.update_rng,
+                             aggregation=self.spec.loss_aggregation(cfg.algo.loss_aggregation), rng=self.update_rng,
                              skipped=self.skipped, train_actor=not warm, pad_id=batch.pad_id)
         else:  # dynamic sampling kept no group on some rank: nothing to learn from
             upd = {"update/skipped_no_signal": 1.0}

@@ -21,7 +21,7 @@ import torch
 
 from verlog import distributed as D
 from verlog.advantages import Advantages
-from verlog.algos.objectives import actor_objective, critic_objective
+from verlog.algos.objectives import actor_loss, critic_loss
 from verlog.algos.registry import AlgorithmSpec
 from verlog.batch import TurnBatch
 from verlog.config import PPOConfig
@@ -216,14 +216,14 @@ def update(data: TrainingRows, *, actor: Any, critic: Any, spec: AlgorithmSpec, 
             if not actor_stopped:
                 kl = {"sum": 0.0}
 
-                def actor_loss(mi: torch.Tensor) -> tuple[torch.Tensor, bool, Callable[[], None]]:
+                def actor_micro_loss(mi: torch.Tensor) -> tuple[torch.Tensor, bool, Callable[[], None]]:
                     m = mask[mi]
                     logp, ent = policy_outputs(actor, rows.select(mi), with_entropy=True)
-                    out = actor_objective(logp, ent, data.old_logprobs[mi], data.advantages[mi], m,
-                                          data.ref_logprobs[mi] if kl_loss_on else None,
+                    out = actor_loss(logp, ent, data.old_logprobs[mi], data.advantages[mi], m,
                                           policy_loss=spec.policy_loss, clip_low=cfg.clip_low,
                                           clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, aggregation=aggregation,
-                                          normalizer=norm, token_count=n_tok, entropy_coef=cfg.entropy_coef,
+                                          loss_normalizer=norm, token_count=n_tok, entropy_coef=cfg.entropy_coef,
+                                          ref_logprobs=data.ref_logprobs[mi] if kl_loss_on else None,
                                           kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind)
                     w = float(m.sum())
                     if out.kl_ref_sum is not None:
@@ -240,7 +240,7 @@ def update(data: TrainingRows, *, actor: Any, critic: Any, spec: AlgorithmSpec, 
 
                     return out.loss, bool(torch.isfinite(out.loss)), record
 
-                if skipped.after_step(actor, "actor", optimizer_step(actor, mbs.batches, actor_loss, pad_id)):
+                if skipped.after_step(actor, "actor", optimizer_step(actor, mbs.batches, actor_micro_loss, pad_id)):
                     add("actor/grad_norm", _grad_norm(actor), 1.0)
                 else:
                     skipped_here += 1
@@ -250,10 +250,10 @@ def update(data: TrainingRows, *, actor: Any, critic: Any, spec: AlgorithmSpec, 
             if critic is None:
                 continue
 
-            def critic_loss(mi: torch.Tensor) -> tuple[torch.Tensor, bool, Callable[[], None]]:
+            def critic_micro_loss(mi: torch.Tensor) -> tuple[torch.Tensor, bool, Callable[[], None]]:
                 m = mask[mi]
                 values = critic_outputs(critic, rows.select(mi))
-                out = critic_objective(values, data.old_values[mi], data.returns[mi], m, clip_range=cfg.value_clip,
+                out = critic_loss(values, data.old_values[mi], data.returns[mi], m, value_clip=cfg.value_clip,
                                        token_count=n_tok, value_coef=cfg.value_coef)
 
                 def record() -> None:
@@ -263,7 +263,7 @@ def update(data: TrainingRows, *, actor: Any, critic: Any, spec: AlgorithmSpec, 
 
                 return out.loss, bool(torch.isfinite(out.value_loss)), record
 
-            if skipped.after_step(critic, "critic", optimizer_step(critic, mbs.batches, critic_loss, pad_id)):
+            if skipped.after_step(critic, "critic", optimizer_step(critic, mbs.batches, critic_micro_loss, pad_id)):
                 add("critic/grad_norm", _grad_norm(critic), 1.0)
             else:
                 skipped_here += 1
