@@ -77,27 +77,34 @@ def test_bad_recipe_file(name, tmp_path, capsys):
     _run(train_main, [str(path)], capsys)
 
 
-@pytest.mark.parametrize("argv", [
+BAD_TRAIN_ARGV = [
     [], ["missing-recipe"], ["no/such/file.yaml"], ["tiny", "--bogus"], ["--lr", "1"], ["tiny", "-x"],
-])
+]
+#: recipe paths that exist but hold no recipe (made by the test)
+EMPTY_RECIPES = ("empty.yaml", "dir.yaml")
+BAD_EVAL_ARGV = [
+    [], ["/no/such/checkpoint"], ["random", "episodes=abc"], ["random", "episodes=0"], ["random", "task=nope/x"],
+    ["random", "greedy=perhaps"], ["random", "suite=other"], ["random", "suite=balrog", "episodes_per_task=x"],
+    ["random", "record_turns=maybe", "suite=balrog"], ["random", "bogus.key=1"], ["random", "num_envs=-1"],
+    ["random", "suite=balrog", "envs=nosuchenv"], ["random", "seed=-3"],
+]
+SUBPROCESS_ARGS = [["tiny", "ppo.epochs=-1"], ["tiny", "env.vector_mode=fork"]]
+
+
+@pytest.mark.parametrize("argv", BAD_TRAIN_ARGV)
 def test_bad_train_cli_args(argv, capsys):
     _run(train_main, argv, capsys)
 
 
 def test_empty_file_and_directory_recipes(tmp_path, capsys):
-    empty = tmp_path / "empty.yaml"
+    empty, directory = (tmp_path / name for name in EMPTY_RECIPES)
     empty.write_bytes(b"")
     _run(train_main, [str(empty), "iterations=0"], capsys)  # empty = defaults; the bad override is named
-    (tmp_path / "dir.yaml").mkdir()
-    _run(train_main, [str(tmp_path / "dir.yaml")], capsys)
+    directory.mkdir()
+    _run(train_main, [str(directory)], capsys)
 
 
-@pytest.mark.parametrize("argv", [
-    [], ["/no/such/checkpoint"], ["random", "episodes=abc"], ["random", "episodes=0"], ["random", "task=nope/x"],
-    ["random", "greedy=perhaps"], ["random", "suite=other"], ["random", "suite=balrog", "episodes_per_task=x"],
-    ["random", "record_turns=maybe", "suite=balrog"], ["random", "bogus.key=1"], ["random", "num_envs=-1"],
-    ["random", "suite=balrog", "envs=nosuchenv"], ["random", "seed=-3"],
-])
+@pytest.mark.parametrize("argv", BAD_EVAL_ARGV)
 def test_bad_eval_cli(argv, capsys):
     _run(eval_main, argv, capsys)
 
@@ -132,7 +139,7 @@ def test_tokenizer_without_chat_template(tmp_path):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("args", [["tiny", "ppo.epochs=-1"], ["tiny", "env.vector_mode=fork"]])
+@pytest.mark.parametrize("args", SUBPROCESS_ARGS)
 def test_subprocess_cli(args):
     proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", *args],
                           capture_output=True, text=True, timeout=120)
@@ -141,4 +148,9 @@ def test_subprocess_cli(args):
 
 
 def test_at_least_50_distinct_malformed_inputs():
-    assert len(set(BAD_OVERRIDES)) + len(BAD_FILES) + 6 + 2 + 13 + 1 + 2 >= 50
+    """Counted from the case lists above (plus the one missing model path), duplicates removed."""
+    inputs = ({("override", o) for o in BAD_OVERRIDES} | {("file", n) for n in BAD_FILES}
+              | {("train", tuple(a)) for a in BAD_TRAIN_ARGV} | {("recipe", n) for n in EMPTY_RECIPES}
+              | {("eval", tuple(a)) for a in BAD_EVAL_ARGV} | {("subprocess", tuple(a)) for a in SUBPROCESS_ARGS}
+              | {("model.path", "missing directory")})
+    assert len(inputs) >= 50
