@@ -61,7 +61,7 @@ from verlog.envs.nethack_text import (
     NetHackTextEnvBase,
     make_nle_env,
 )
-from verlog.envs.parsing import extract_action
+from verlog.envs.parsing import after_last_marker, extract_action
 from verlog.envs.registry import register
 
 __all__ = [
@@ -176,21 +176,14 @@ def build_brief_instruction() -> str:
 
 INSTRUCTION_STYLES = {"full": build_instruction, "brief": build_brief_instruction}
 
-# The text that decides a single-letter action's case: after the last action marker (the rule of
-# verlog.envs.parsing), or the whole reply when there is no marker.
-_MARKER = re.compile(
-    r"(?<![^\W_])action[*_`]*\s*(?:[:=]|[-\u2013\u2014](?=\s))|<\|action\|>",
-    re.IGNORECASE,
-)
 _FIRST_ALNUM = re.compile(r"[^\W_]")
 
 
 def _written_letter(reply: str) -> str | None:
     """The first letter/digit after the last action marker (or of the reply), as written."""
-    last = None
-    for last in _MARKER.finditer(reply):
-        pass
-    text = reply[last.end() :] if last is not None else reply
+    text = after_last_marker(reply)
+    if text is None:
+        text = reply
     found = _FIRST_ALNUM.search(text)
     return found.group() if found else None
 

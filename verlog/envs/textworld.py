@@ -45,6 +45,7 @@ import textworld  # the real package: absolute import, not this module
 from jericho.jericho import UnsupportedGameWarning
 
 from verlog.envs.base import TextEnv
+from verlog.envs.parsing import after_last_marker
 from verlog.envs.registry import register
 from verlog.envs.textworld_games import GameSpec, default_cache_dir, ensure_game, resolve_spec
 
@@ -87,9 +88,6 @@ REQUEST_INFOS = textworld.EnvInfos(
 #: Loaded games kept per env (each holds a Jericho interpreter and the game's logic, 2-4 MB).
 _MAX_LOADED_GAMES = 4
 
-# Same markers as verlog.envs.parsing: the word "action" (optionally in markdown) followed by ':' or
-# '=' or a dash and whitespace, or BALROG's "<|ACTION|>" tag.
-_MARKER = re.compile(r"(?<![^\W_])action[*_`]*\s*(?:[:=]|[-\u2013\u2014](?=\s))|<\|action\|>", re.IGNORECASE)
 _END_TAG = re.compile(r"<\|end\|>", re.IGNORECASE)
 _EDGE_CHARS = " \t\"'`*_.,;:!?()[]{}<>\u2018\u2019\u201c\u201d\u00ab\u00bb"
 _SENTENCE_END = re.compile(r"[.;!?]")
@@ -117,10 +115,9 @@ def parse_command(reply: str) -> str | None:
     """
     if not isinstance(reply, str):
         raise TypeError(f"reply must be a str, got {type(reply).__name__}")
-    last = None
-    for last in _MARKER.finditer(reply):
-        pass
-    text = reply[last.end() :] if last is not None else reply
+    text = after_last_marker(reply)
+    if text is None:
+        text = reply
     for line in text.splitlines():
         line = _END_TAG.split(line, 1)[0].strip(_EDGE_CHARS)
         line = _SENTENCE_END.split(line, 1)[0].strip(_EDGE_CHARS)
