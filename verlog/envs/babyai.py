@@ -39,6 +39,7 @@ from minigrid.minigrid_env import MiniGridEnv
 
 from verlog.envs.base import TextEnv
 from verlog.envs.registry import register
+from verlog.envs.wording import steps
 
 __all__ = [
     "BABYAI_ACTIONS",
@@ -79,10 +80,6 @@ _NOT_LISTED = frozenset(OBJECT_TO_IDX[t] for t in _IGNORED_TYPES | {"wall"})
 _UNSEEN, _WALL = OBJECT_TO_IDX["unseen"], OBJECT_TO_IDX["wall"]
 
 
-def _steps(n: int) -> str:
-    return f"{n} step" if n == 1 else f"{n} steps"
-
-
 def _object_name(type_idx: int, color_idx: int, state: int) -> str:
     obj_type = IDX_TO_OBJECT[type_idx]
     color = IDX_TO_COLOR[color_idx]
@@ -96,8 +93,8 @@ def _object_name(type_idx: int, color_idx: int, state: int) -> str:
 
 
 def _offset(lateral: int, forward: int) -> str:
-    side = f"{_steps(abs(lateral))} {'left' if lateral < 0 else 'right'}" if lateral else ""
-    ahead = f"{_steps(forward)} forward" if forward else ""
+    side = f"{steps(abs(lateral))} {'left' if lateral < 0 else 'right'}" if lateral else ""
+    ahead = f"{steps(forward)} forward" if forward else ""
     return " and ".join(part for part in (side, ahead) if part)
 
 
@@ -123,7 +120,7 @@ def _view_geometry(size: int) -> _ViewGeometry:
     offsets = tuple((col - ax, ay - row) for col in range(size) for row in range(size))
     agent = ax * size + ay
     rays = tuple(
-        tuple((col * size + row, f"a wall {_steps(k)} {label}") for k, (col, row) in enumerate(ray, start=1))
+        tuple((col * size + row, f"a wall {steps(k)} {label}") for k, (col, row) in enumerate(ray, start=1))
         for label, ray in (
             ("forward", [(ax, ay - k) for k in range(1, ay + 1)]),
             ("left", [(ax - k, ay) for k in range(1, ax + 1)]),

@@ -108,6 +108,7 @@ from crafter import constants, engine
 
 from verlog.envs.base import TextEnv
 from verlog.envs.registry import register
+from verlog.envs.wording import steps
 
 __all__ = [
     "ACHIEVEMENTS",
@@ -181,10 +182,6 @@ _DIED = "You died."
 
 
 # ----------------------------------------------------------------------------- pure text functions
-def _steps(n: int) -> str:
-    return f"{n} step" if n == 1 else f"{n} steps"
-
-
 def describe_location(dx: int, dy: int, style: str = "offset") -> str:
     """Where a cell at offset ``(dx, dy)`` from the player is, in words.
 
@@ -206,12 +203,12 @@ def describe_location(dx: int, dy: int, style: str = "offset") -> str:
     if style == "offset":
         parts = []
         if vertical:
-            parts.append(f"{_steps(abs(dy))} {vertical}")
+            parts.append(f"{steps(abs(dy))} {vertical}")
         if horizontal:
-            parts.append(f"{_steps(abs(dx))} {horizontal}")
+            parts.append(f"{steps(abs(dx))} {horizontal}")
         return " and ".join(parts)
     direction = "-".join(part for part in (vertical, horizontal) if part)
-    return f"{_steps(abs(dx) + abs(dy))} to your {direction}"
+    return f"{steps(abs(dx) + abs(dy))} to your {direction}"
 
 
 def describe_surroundings(

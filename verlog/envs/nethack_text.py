@@ -59,6 +59,7 @@ from nle.env.base import NLE
 
 from verlog.envs.base import TextEnv
 from verlog.envs.parsing import extract_action
+from verlog.envs.wording import steps
 
 __all__ = [
     "MOVE_ACTIONS",
@@ -338,10 +339,6 @@ def glyph_name(glyph: int) -> str:
     return names[int(glyph)]
 
 
-def _steps(n: int) -> str:
-    return "1 step" if n == 1 else f"{n} steps"
-
-
 @functools.lru_cache(maxsize=8192)
 def offset_text(dy: int, dx: int) -> str:
     """Where a square at ``(dy, dx)`` map steps from the agent is (``dy > 0`` = south, ``dx > 0`` = east).
@@ -358,8 +355,8 @@ def offset_text(dy: int, dx: int) -> str:
     if max(ady, adx) == 1:
         return "adjacent " + vertical + horizontal
     if ady == 0 or adx == 0 or ady == adx:
-        return f"{_steps(max(ady, adx))} {vertical}{horizontal}"
-    return f"{_steps(ady)} {vertical} and {_steps(adx)} {horizontal}"
+        return f"{steps(max(ady, adx))} {vertical}{horizontal}"
+    return f"{steps(ady)} {vertical} and {steps(adx)} {horizontal}"
 
 
 #: Bits of a glyph id in the sort keys of :func:`_offset_keys` (NetHack 3.6 has 5,976 glyphs).

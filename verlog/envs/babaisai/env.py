@@ -43,6 +43,7 @@ from typing import Any
 from verlog.envs.babaisai.levels import BABAISAI_LEVELS, generate_level
 from verlog.envs.babaisai.rules import ACTIONS, LOSE, WIN, BabaGame, item_name
 from verlog.envs.base import TextEnv
+from verlog.envs.wording import steps
 
 __all__ = [
     "BABAISAI_MAX_STEPS",
@@ -75,10 +76,6 @@ _LINES: dict[tuple[int, int, int], str] = {}
 _COORDS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
 
 
-def _steps(n: int) -> str:
-    return f"{n} step" if n == 1 else f"{n} steps"
-
-
 def offset_text(dx: int, dy: int) -> str:
     """BALROG-style offset of a cell from the player: ``dx`` columns right, ``dy`` rows down.
 
@@ -89,9 +86,9 @@ def offset_text(dx: int, dy: int) -> str:
     if text is None:
         parts = []
         if dx:
-            parts.append(f"{_steps(abs(dx))} to the {'right' if dx > 0 else 'left'}")
+            parts.append(f"{steps(abs(dx))} to the {'right' if dx > 0 else 'left'}")
         if dy:
-            parts.append(f"{_steps(abs(dy))} {'down' if dy > 0 else 'up'}")
+            parts.append(f"{steps(abs(dy))} {'down' if dy > 0 else 'up'}")
         text = " and ".join(parts) if parts else "at your position"
         _OFFSETS[(dx, dy)] = text
     return text
