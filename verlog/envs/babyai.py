@@ -332,20 +332,17 @@ class BabyAITextEnv(TextEnv):
             raise ValueError("pass max_steps as BabyAITextEnv's own argument, not inside level_kwargs")
         self.minigrid: MiniGridEnv = _build_level(level, max_steps, kwargs)
         self._mission: str | None = None
-        self._instruction: str | None = None
         self._success = False
         self.rejected_layouts = 0
+
+    #: ``"go forward"`` (BALROG's default for BabyAI).
+    default_action = DEFAULT_ACTION
 
     # -------------------------------------------------------------- TextEnv properties
     @property
     def valid_actions(self) -> list[str]:
         """``["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]``."""
         return list(BABYAI_ACTIONS)
-
-    @property
-    def default_action(self) -> str:
-        """``"go forward"`` (BALROG's default for BabyAI)."""
-        return DEFAULT_ACTION
 
     @property
     def mission(self) -> str:
@@ -355,21 +352,9 @@ class BabyAITextEnv(TextEnv):
         return self._mission
 
     @property
-    def instruction(self) -> str:
-        """System prompt of the current episode (contains the mission). RuntimeError before reset."""
-        if self._instruction is None:
-            self._instruction = self._build_instruction(self.mission)  # once per episode: info carries it every step
-        return self._instruction
-
-    @property
     def progression(self) -> float:
         """1.0 once any step of this episode had reward > 0, else 0.0."""
         return 1.0 if self._success else 0.0
-
-    @property
-    def success(self) -> bool:
-        """Whether any step of this episode had reward > 0."""
-        return self._success
 
     @property
     def state_key(self) -> bytes:
@@ -403,7 +388,7 @@ class BabyAITextEnv(TextEnv):
                 f"minigrid level uses max_steps={self.minigrid.max_steps}, expected {self.max_steps}"
             )
         self._mission = str(self.minigrid.mission)
-        self._instruction = None
+        self._instruction = self._build_instruction(self._mission)  # the prompt states the mission
         self._success = False
         return _render(obs["image"]), {"mission": self._mission}
 

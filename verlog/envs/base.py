@@ -78,9 +78,12 @@ class TextEnv(gymnasium.Env, ABC):
     * ``_step_game(action: str) -> (obs, reward, terminated, truncated, info)``: ``action`` is what
       :meth:`parse_action` returned (by default always one of ``valid_actions``) or ``default_action``.
     * optionally the property ``context: str`` (current-only text such as an inventory).
-    * properties ``valid_actions: list[str]``, ``default_action: str`` (executed for invalid replies),
-      ``instruction: str`` (system prompt of the current episode) and ``progression: float`` in [0, 1]
-      (the episode's progress so far). ``success: bool`` defaults to ``progression >= 1``.
+    * properties ``valid_actions: list[str]``, ``default_action: str`` (executed for invalid replies;
+      a class attribute will do) and ``progression: float`` in [0, 1] (the episode's progress so far).
+      ``success: bool`` defaults to ``progression >= 1``.
+    * the system prompt: ``instruction`` returns ``self._instruction``, which the game sets in
+      ``__init__`` (a prompt that is the same for every episode) or in ``_reset_game`` (one that
+      depends on the episode); a game may override the property instead.
 
     ``step`` parses the reply with :meth:`parse_action`. If no valid action is
     found, ``default_action`` is executed, the next observation starts with
@@ -124,6 +127,7 @@ class TextEnv(gymnasium.Env, ABC):
         self._episode_step = 0
         self._needs_reset = True
         self._info_keys: frozenset[str] | None = None
+        self._instruction: str | None = None  # see :attr:`instruction`
 
     # ------------------------------------------------------------------ to implement in a game
     @abstractmethod
@@ -145,9 +149,15 @@ class TextEnv(gymnasium.Env, ABC):
         """The action executed when a reply holds no valid action."""
 
     @property
-    @abstractmethod
     def instruction(self) -> str:
-        """The system prompt of the current episode."""
+        """The system prompt of the current episode (``self._instruction``, set by the game).
+
+        Raises:
+            RuntimeError: the game has not set it yet (a per-episode prompt before the first reset).
+        """
+        if self._instruction is None:
+            raise RuntimeError("no episode yet: call reset() first")
+        return self._instruction
 
     @property
     @abstractmethod

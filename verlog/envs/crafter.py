@@ -483,24 +483,17 @@ class CrafterTextEnv(TextEnv):
         self.crafter = _TextOnlyCrafter(_check_image_size(image_size))
         grid = self.crafter._local_view._grid
         self._view = (int(grid[0]), int(grid[1]))  # (9, 7): the world part of crafter's image
-        self._instruction = INSTRUCTION_STYLES[instruction_style](self._view)
+        self._instruction = INSTRUCTION_STYLES[instruction_style](self._view)  # the same for every episode
         self._episode_seed: int | None = None
+
+    #: ``"Noop"`` (BALROG's default for Crafter).
+    default_action = DEFAULT_ACTION
 
     # -------------------------------------------------------------- TextEnv properties
     @property
     def valid_actions(self) -> list[str]:
         """BALROG's 17 action names (:data:`CRAFTER_ACTIONS`)."""
         return list(CRAFTER_ACTIONS)
-
-    @property
-    def default_action(self) -> str:
-        """``"Noop"`` (BALROG's default for Crafter)."""
-        return DEFAULT_ACTION
-
-    @property
-    def instruction(self) -> str:
-        """The system prompt (the same for every episode)."""
-        return self._instruction
 
     @property
     def achievements(self) -> list[str]:

@@ -64,7 +64,6 @@ __all__ = [
     "MiniHackTextEnv",
     "build_instruction",
     "build_brief_instruction",
-    "make_minihack",
 ]
 
 #: BALROG's MiniHack action names (its 33-name list), in its order; each task keeps those its own
@@ -211,54 +210,25 @@ class MiniHackTextEnv(NetHackTextEnvBase):
         self.env_id = env_id
         self.env_kwargs = kwargs
         self.family = family
-        self._instruction = INSTRUCTION_STYLES[instruction_style](family, names)
+        self._instruction = INSTRUCTION_STYLES[instruction_style](family, names)  # the same for every episode
         self._success = False
         self._goal_status = int(env.StepStatus.TASK_SUCCESSFUL)
 
-    @property
-    def default_action(self) -> str:
-        """``"north"`` (BALROG's MiniHack default)."""
-        return DEFAULT_ACTION
-
-    @property
-    def instruction(self) -> str:
-        """The system prompt (the same for every episode of the task)."""
-        return self._instruction
+    #: ``"north"`` (BALROG's MiniHack default).
+    default_action = DEFAULT_ACTION
 
     @property
     def progression(self) -> float:
-        """1.0 if the latest step reached the goal (which ends the episode), else 0.0."""
+        """1.0 if the latest step reached the goal (MiniHack's end status ``TASK_SUCCESSFUL``, which
+        ends the episode), else 0.0."""
         return 1.0 if self._success else 0.0
-
-    @property
-    def success(self) -> bool:
-        """Whether the latest step reached the goal (MiniHack's end status ``TASK_SUCCESSFUL``)."""
-        return self._success
 
     def _on_observation(self, reset: bool, reward: float, done: bool, end_status: int) -> None:
         self._success = (not reset) and end_status == self._goal_status
 
 
-def make_minihack(
-    task: str,
-    *,
-    max_steps: int | None = None,
-    format_penalty: float = 0.0,
-    instruction_style: str = "full",
-    env_kwargs: Mapping[str, Any] | None = None,
-) -> MiniHackTextEnv:
-    """Build the MiniHack task ``task`` (see :class:`MiniHackTextEnv` for the arguments)."""
-    return MiniHackTextEnv(
-        task,
-        max_steps=max_steps,
-        format_penalty=format_penalty,
-        instruction_style=instruction_style,
-        env_kwargs=env_kwargs,
-    )
-
-
 for _task in MINIHACK_TASKS:
-    register(f"minihack/{_task}", functools.partial(make_minihack, _task))
-# Registered so that asking for them explains why they are missing (make_minihack raises ValueError).
+    register(f"minihack/{_task}", functools.partial(MiniHackTextEnv, _task))
+# Registered so that asking for them explains why they are missing (MiniHackTextEnv raises ValueError).
 for _task in UNSUPPORTED_TASKS:
-    register(f"minihack/{_task}", functools.partial(make_minihack, _task))
+    register(f"minihack/{_task}", functools.partial(MiniHackTextEnv, _task))

@@ -74,7 +74,6 @@ __all__ = [
     "progression_of",
     "build_instruction",
     "build_brief_instruction",
-    "make_nle",
 ]
 
 #: The named actions, in the instruction's order.
@@ -247,7 +246,7 @@ class NLETextEnv(NetHackTextEnvBase):
         self.env_id = "NetHackChallenge-v0"
         self.env_kwargs = kwargs
         self.stuck_limit = stuck_limit
-        self._instruction = INSTRUCTION_STYLES[instruction_style]()
+        self._instruction = INSTRUCTION_STYLES[instruction_style]()  # the same for every episode
         # For parsing: letters once (lower case), the case is recovered from the reply.
         self._parse_set = NLE_NAMED_ACTIONS + LETTER_ACTIONS[:26] + DIGIT_ACTIONS
         self._stuck_steps = 0
@@ -257,26 +256,15 @@ class NLETextEnv(NetHackTextEnvBase):
         self._last_levels = (0, 0)
         self._progression = 0.0
 
+    #: ``"esc"`` (BALROG's NetHack default).
+    default_action = DEFAULT_ACTION
+
     # -------------------------------------------------------------- TextEnv properties
     @property
-    def default_action(self) -> str:
-        """``"esc"`` (BALROG's NetHack default)."""
-        return DEFAULT_ACTION
-
-    @property
-    def instruction(self) -> str:
-        """The system prompt (the same for every episode)."""
-        return self._instruction
-
-    @property
     def progression(self) -> float:
-        """The maximum of :func:`progression_of` over the episode's states so far."""
+        """The maximum of :func:`progression_of` over the episode's states so far (NetHack has no
+        success short of ascending, so ``success`` is the default ``progression >= 1``)."""
         return self._progression
-
-    @property
-    def success(self) -> bool:
-        """NetHack has no success short of ascending: ``progression >= 1``."""
-        return self._progression >= 1.0
 
     @property
     def stuck_steps(self) -> int:
@@ -331,23 +319,5 @@ class NLETextEnv(NetHackTextEnvBase):
         return obs, reward, terminated, truncated, info
 
 
-def make_nle(
-    *,
-    max_steps: int | None = None,
-    format_penalty: float = 0.0,
-    instruction_style: str = "full",
-    stuck_limit: int | None = STUCK_LIMIT,
-    env_kwargs: Mapping[str, Any] | None = None,
-) -> NLETextEnv:
-    """Build ``nle/NetHackChallenge`` (see :class:`NLETextEnv` for the arguments)."""
-    return NLETextEnv(
-        max_steps=max_steps,
-        format_penalty=format_penalty,
-        instruction_style=instruction_style,
-        stuck_limit=stuck_limit,
-        env_kwargs=env_kwargs,
-    )
-
-
-register("nle/NetHackChallenge", make_nle)
-register("nle/default", make_nle)
+register("nle/NetHackChallenge", NLETextEnv)
+register("nle/default", NLETextEnv)

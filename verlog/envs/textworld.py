@@ -314,7 +314,6 @@ class TextWorldTextEnv(TextEnv):
         self._game: Any = None
         self._game_index: int | None = None
         self._objective = ""
-        self._instruction = ""
         self._max_score = 0
         self._score = 0
         self._won = False
@@ -322,23 +321,14 @@ class TextWorldTextEnv(TextEnv):
         self._admissible: list[str] = []
         self._walkthrough: list[str] = []
 
+    #: ``"look"`` (re-describes the room).
+    default_action = DEFAULT_ACTION
+
     # -------------------------------------------------------------- TextEnv properties
     @property
     def valid_actions(self) -> list[str]:
         """TextWorld's admissible commands of the current state (hints; any command is executed)."""
         return self._admissible
-
-    @property
-    def default_action(self) -> str:
-        """``"look"``."""
-        return DEFAULT_ACTION
-
-    @property
-    def instruction(self) -> str:
-        """System prompt of the current episode. RuntimeError before the first reset."""
-        if self._game_index is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        return self._instruction
 
     @property
     def progression(self) -> float:

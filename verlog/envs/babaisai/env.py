@@ -246,27 +246,20 @@ class BabaIsAITextEnv(TextEnv):
                 f"instruction_style must be one of {sorted(INSTRUCTION_STYLES)}, got {instruction_style!r}"
             )
         self.level = level
-        self._instruction = INSTRUCTION_STYLES[instruction_style]()
+        self._instruction = INSTRUCTION_STYLES[instruction_style]()  # the same for every level and episode
         self.game: BabaGame | None = None
         self.target_plan = ""
         self._outcome = ""
         self._anchor: tuple[int, int] | None = None
+
+    #: ``"idle"`` (BALROG's default for Baba Is AI).
+    default_action = DEFAULT_ACTION
 
     # -------------------------------------------------------------- TextEnv properties
     @property
     def valid_actions(self) -> list[str]:
         """``["idle", "up", "right", "down", "left"]`` (BALROG's order)."""
         return list(ACTIONS)
-
-    @property
-    def default_action(self) -> str:
-        """``"idle"`` (BALROG's default for Baba Is AI)."""
-        return DEFAULT_ACTION
-
-    @property
-    def instruction(self) -> str:
-        """The system prompt (the same for every level and episode)."""
-        return self._instruction
 
     @property
     def progression(self) -> float:
