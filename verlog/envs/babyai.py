@@ -37,7 +37,7 @@ from minigrid.envs.babyai.core.roomgrid_level import RejectSampling, RoomGridLev
 from minigrid.envs.babyai.core.verifier import BeforeInstr, GoToInstr, ObjDesc, PickupInstr
 from minigrid.minigrid_env import MiniGridEnv
 
-from verlog.envs.base import TextEnv
+from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.registry import register
 from verlog.envs.wording import steps
 
@@ -335,21 +335,17 @@ class BabyAITextEnv(TextEnv):
         self._success = False
         self.rejected_layouts = 0
 
+    #: ``("turn left", "turn right", "go forward", "pick up", "drop", "toggle")``.
+    fixed_actions = tuple(BABYAI_ACTIONS)
     #: ``"go forward"`` (BALROG's default for BabyAI).
     default_action = DEFAULT_ACTION
 
     # -------------------------------------------------------------- TextEnv properties
-    @property
-    def valid_actions(self) -> list[str]:
-        """``["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]``."""
-        return list(BABYAI_ACTIONS)
 
     @property
     def mission(self) -> str:
         """minigrid's mission of the current episode. Raises RuntimeError before the first reset."""
-        if self._mission is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        return self._mission
+        return require_episode(self._mission)
 
     @property
     def progression(self) -> float:

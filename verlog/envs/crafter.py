@@ -106,7 +106,7 @@ import crafter
 import numpy as np
 from crafter import constants, engine
 
-from verlog.envs.base import TextEnv
+from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.registry import register
 from verlog.envs.wording import steps
 
@@ -486,14 +486,12 @@ class CrafterTextEnv(TextEnv):
         self._instruction = INSTRUCTION_STYLES[instruction_style](self._view)  # the same for every episode
         self._episode_seed: int | None = None
 
+    #: BALROG's 17 action names (:data:`CRAFTER_ACTIONS`).
+    fixed_actions = tuple(CRAFTER_ACTIONS)
     #: ``"Noop"`` (BALROG's default for Crafter).
     default_action = DEFAULT_ACTION
 
     # -------------------------------------------------------------- TextEnv properties
-    @property
-    def valid_actions(self) -> list[str]:
-        """BALROG's 17 action names (:data:`CRAFTER_ACTIONS`)."""
-        return list(CRAFTER_ACTIONS)
 
     @property
     def achievements(self) -> list[str]:
@@ -509,9 +507,7 @@ class CrafterTextEnv(TextEnv):
     @property
     def episode_seed(self) -> int:
         """The seed of the current episode (``reset(seed=episode_seed)`` replays it). RuntimeError before reset."""
-        if self._episode_seed is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        return self._episode_seed
+        return require_episode(self._episode_seed)
 
     @property
     def context(self) -> str:
@@ -519,9 +515,7 @@ class CrafterTextEnv(TextEnv):
         return describe_status(self._player().inventory)
 
     def _player(self):
-        if self.crafter._player is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        return self.crafter._player
+        return require_episode(self.crafter._player)
 
     def describe(self) -> str:
         """The text observation of the current state (no invalid-action notice). RuntimeError before reset."""

@@ -57,7 +57,7 @@ import numpy as np
 from nle import nethack
 from nle.env.base import NLE
 
-from verlog.envs.base import TextEnv
+from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.parsing import extract_action
 from verlog.envs.wording import steps
 
@@ -643,9 +643,9 @@ class NetHackTextEnvBase(TextEnv):
             )
         self.nle = env
         self._action_index = action_indices(env.actions, action_names)
-        self._names: tuple[str, ...] = tuple(action_names)
+        self.fixed_actions: tuple[str, ...] = tuple(action_names)  # in the instruction's order
         # Replies written exactly "ACTION: <action>" skip the general parser (same result, ~1 us).
-        self._exact_replies = {f"ACTION: {name}": name for name in self._names}
+        self._exact_replies = {f"ACTION: {name}": name for name in self.fixed_actions}
         more = action_indices(env.actions, ["more"], strict=False)
         self._more_index: int | None = more.get("more")
         self.more_presses = 0
@@ -657,11 +657,6 @@ class NetHackTextEnvBase(TextEnv):
         self._inventories = _RecentResults(1)
 
     # -------------------------------------------------------------- TextEnv properties
-    @property
-    def valid_actions(self) -> list[str]:
-        """The action names of this task, in the instruction's order."""
-        return list(self._names)
-
     def parse_action(self, reply: str) -> str | None:
         """The shared rule (:func:`~verlog.envs.parsing.extract_action`); ``"ACTION: <action>"`` exactly
         is looked up directly (same result, faster)."""
@@ -669,7 +664,7 @@ class NetHackTextEnvBase(TextEnv):
         return action if action is not None else self._parse_reply(reply)
 
     def _parse_reply(self, reply: str) -> str | None:
-        return extract_action(reply, self._names)
+        return extract_action(reply, self.fixed_actions)
 
     @property
     def context(self) -> str:
@@ -688,14 +683,11 @@ class NetHackTextEnvBase(TextEnv):
     @property
     def blstats(self) -> np.ndarray:
         """A copy of NLE's bottom-line statistics of the current state. RuntimeError before reset."""
-        if self._obs is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        return self._obs["blstats"].copy()
+        return require_episode(self._obs)["blstats"].copy()
 
     def describe(self) -> str:
         """The text observation of the current state (no notice line). RuntimeError before reset."""
-        if self._obs is None:
-            raise RuntimeError("no episode yet: call reset() first")
+        require_episode(self._obs)
         return self._render()
 
     # -------------------------------------------------------------- hooks

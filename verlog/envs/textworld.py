@@ -44,7 +44,7 @@ from typing import Any, Mapping
 import textworld  # the real package: absolute import, not this module
 from jericho.jericho import UnsupportedGameWarning
 
-from verlog.envs.base import TextEnv
+from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.parsing import after_last_marker
 from verlog.envs.registry import register
 from verlog.envs.textworld_games import GameSpec, default_cache_dir, ensure_game, resolve_spec
@@ -347,9 +347,7 @@ class TextWorldTextEnv(TextEnv):
     @property
     def game_index(self) -> int:
         """Index of the game of the current episode in the pool. RuntimeError before reset."""
-        if self._game_index is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        return self._game_index
+        return require_episode(self._game_index)
 
     @property
     def objective(self) -> str:

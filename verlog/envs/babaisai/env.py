@@ -42,7 +42,7 @@ from typing import Any
 
 from verlog.envs.babaisai.levels import BABAISAI_LEVELS, generate_level
 from verlog.envs.babaisai.rules import ACTIONS, LOSE, WIN, BabaGame, item_name
-from verlog.envs.base import TextEnv
+from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.wording import steps
 
 __all__ = [
@@ -252,14 +252,12 @@ class BabaIsAITextEnv(TextEnv):
         self._outcome = ""
         self._anchor: tuple[int, int] | None = None
 
+    #: ``("idle", "up", "right", "down", "left")`` (BALROG's order).
+    fixed_actions = ACTIONS
     #: ``"idle"`` (BALROG's default for Baba Is AI).
     default_action = DEFAULT_ACTION
 
     # -------------------------------------------------------------- TextEnv properties
-    @property
-    def valid_actions(self) -> list[str]:
-        """``["idle", "up", "right", "down", "left"]`` (BALROG's order)."""
-        return list(ACTIONS)
 
     @property
     def progression(self) -> float:
@@ -269,18 +267,15 @@ class BabaIsAITextEnv(TextEnv):
     @property
     def state_key(self) -> bytes:
         """The exact game state (the board as bytes; rules follow from it). RuntimeError before reset."""
-        if self.game is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        return self.game.state_key
+        return require_episode(self.game).state_key
 
     def describe(self) -> str:
         """The text observation of the current state (no notice line)."""
-        if self.game is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        player = self.game.player()
+        game = require_episode(self.game)
+        player = game.player()
         if player is not None:
             self._anchor = player[:2]
-        return describe_game(self.game, self._anchor)
+        return describe_game(game, self._anchor)
 
     def _extra_info(self) -> dict[str, Any]:
         return {"target_plan": self.target_plan, "outcome": self._outcome}
