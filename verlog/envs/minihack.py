@@ -43,13 +43,8 @@ import functools
 import warnings
 from typing import Any, Mapping
 
-from verlog.envs.nethack_text import (
-    ACTION_GLOSSES,
-    NATIVE_STEP_LIMIT,
-    NetHackTextEnvBase,
-    action_indices,
-    make_nle_env,
-)
+from verlog.envs.nethack_actions import ACTION_GLOSSES, action_indices
+from verlog.envs.nethack_text import NATIVE_STEP_LIMIT, NetHackTextEnvBase, make_nle_env
 from verlog.envs.registry import register
 
 with warnings.catch_warnings():  # minihack imports pkg_resources, deprecated in recent setuptools

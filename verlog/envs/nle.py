@@ -50,17 +50,15 @@ from typing import Any, Mapping
 
 from nle import nethack
 
-from verlog.envs.nethack_text import (
+from verlog.envs.nethack_actions import (
     ACTION_GLOSSES,
     DIGIT_ACTIONS,
     FAR_MOVE_ACTIONS,
     LETTER_ACTIONS,
     MOVE_ACTIONS,
     NAMED_ACTIONS,
-    NATIVE_STEP_LIMIT,
-    NetHackTextEnvBase,
-    make_nle_env,
 )
+from verlog.envs.nethack_text import NATIVE_STEP_LIMIT, NetHackTextEnvBase, make_nle_env
 from verlog.envs.parsing import after_last_marker, extract_action
 from verlog.envs.registry import register
 
