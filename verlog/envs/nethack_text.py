@@ -154,8 +154,8 @@ class NetHackTextEnvBase(TextEnv):
     from the wall clock. After each action ``--More--`` is dismissed automatically (module docstring).
 
     Subclasses implement :meth:`_on_observation` (progression bookkeeping) and ``progression``, set
-    ``default_action`` and the system prompt ``_instruction``, and may extend :meth:`_extra_info` and :meth:`_parse_reply` (the reply parser
-    used for replies that are not exactly ``"ACTION: <action>"``).
+    ``default_action`` and the system prompt ``_instruction``, and may extend :meth:`_extra_info` and
+    :meth:`_parse_reply` (the reply parser used for replies that are not exactly ``"ACTION: <action>"``).
 
     Args:
         env: the NLE/MiniHack env (from :func:`make_nle_env`, with ``max_episode_steps`` =
