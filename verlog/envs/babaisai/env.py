@@ -41,7 +41,8 @@ from itertools import compress
 from typing import Any
 
 from verlog.envs.babaisai.levels import BABAISAI_LEVELS, generate_level
-from verlog.envs.babaisai.rules import ACTIONS, LOSE, WIN, BabaGame, item_name
+from verlog.envs.babaisai.items import item_name
+from verlog.envs.babaisai.rules import ACTIONS, LOSE, WIN, BabaGame
 from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.wording import steps
 
