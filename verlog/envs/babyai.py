@@ -38,6 +38,7 @@ from minigrid.envs.babyai.core.verifier import BeforeInstr, GoToInstr, ObjDesc, 
 from minigrid.minigrid_env import MiniGridEnv
 
 from verlog.envs.base import TextEnv, require_episode
+from verlog.envs.options import instruction_builder, task_entry
 from verlog.envs.registry import register
 from verlog.envs.wording import steps
 
@@ -324,9 +325,7 @@ class BabyAITextEnv(TextEnv):
         instruction_style: str = "full",
     ) -> None:
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
-        if instruction_style not in INSTRUCTION_STYLES:
-            raise ValueError(f"instruction_style must be one of {sorted(INSTRUCTION_STYLES)}, got {instruction_style!r}")
-        self._build_instruction = INSTRUCTION_STYLES[instruction_style]
+        self._build_instruction = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         kwargs = dict(level_kwargs or {})
         if "max_steps" in kwargs:
             raise ValueError("pass max_steps as BabyAITextEnv's own argument, not inside level_kwargs")
@@ -415,9 +414,7 @@ def make_babyai(
     Raises:
         ValueError: unknown task (the message lists the known ones), or bad arguments.
     """
-    if task not in BABYAI_TASKS:
-        raise ValueError(f"unknown BabyAI task {task!r}; known tasks: {sorted(BABYAI_TASKS)}")
-    level, default_steps = BABYAI_TASKS[task]
+    level, default_steps = task_entry(BABYAI_TASKS, task, "BabyAI")
     return BabyAITextEnv(
         level,
         max_steps=default_steps if max_steps is None else max_steps,

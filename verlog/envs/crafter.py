@@ -112,6 +112,7 @@ from verlog.envs.crafter_game import (  # ACHIEVEMENTS and CRAFTER_ACTIONS are a
 )
 from verlog.envs.crafter_prompts import INSTRUCTION_STYLES
 from verlog.envs.crafter_text import LOCATION_STYLES, describe_status, describe_view
+from verlog.envs.options import instruction_builder, task_entry
 from verlog.envs.registry import register
 
 __all__ = [
@@ -155,17 +156,14 @@ class CrafterTextEnv(TextEnv):
         image_size: tuple[int, int] = (64, 64),
     ) -> None:
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
-        if instruction_style not in INSTRUCTION_STYLES:
-            raise ValueError(
-                f"instruction_style must be one of {sorted(INSTRUCTION_STYLES)}, got {instruction_style!r}"
-            )
+        build_prompt = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         if location_style not in LOCATION_STYLES:
             raise ValueError(f"location_style must be one of {list(LOCATION_STYLES)}, got {location_style!r}")
         self.location_style = location_style
         self.crafter = TextOnlyCrafter(image_size)
         grid = self.crafter._local_view._grid
         self._view = (int(grid[0]), int(grid[1]))  # (9, 7): the world part of crafter's image
-        self._instruction = INSTRUCTION_STYLES[instruction_style](self._view)  # the same for every episode
+        self._instruction = build_prompt(self._view)  # the same for every episode
         self._episode_seed: int | None = None
 
     #: BALROG's 17 action names (:data:`CRAFTER_ACTIONS`).
@@ -247,10 +245,9 @@ def make_crafter(
         ValueError: unknown task (the message lists the known ones), or bad arguments.
         TypeError: arguments of the wrong type.
     """
-    if task not in CRAFTER_TASKS:
-        raise ValueError(f"unknown Crafter task {task!r}; known tasks: {sorted(CRAFTER_TASKS)}")
+    default_steps = task_entry(CRAFTER_TASKS, task, "Crafter")
     return CrafterTextEnv(
-        max_steps=CRAFTER_TASKS[task] if max_steps is None else max_steps,
+        max_steps=default_steps if max_steps is None else max_steps,
         format_penalty=format_penalty,
         instruction_style=instruction_style,
         location_style=location_style,

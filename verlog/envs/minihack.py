@@ -45,6 +45,7 @@ from typing import Any, Mapping
 
 from verlog.envs.nethack_actions import ACTION_GLOSSES, action_indices
 from verlog.envs.nethack_text import NATIVE_STEP_LIMIT, NetHackTextEnvBase, make_nle_env
+from verlog.envs.options import instruction_builder, task_entry
 from verlog.envs.registry import register
 
 with warnings.catch_warnings():  # minihack imports pkg_resources, deprecated in recent setuptools
@@ -181,17 +182,12 @@ class MiniHackTextEnv(NetHackTextEnvBase):
     ) -> None:
         if task in UNSUPPORTED_TASKS:
             raise ValueError(f"MiniHack task {task!r} is not available: {UNSUPPORTED_TASKS[task]}")
-        if task not in MINIHACK_TASKS:
-            raise ValueError(f"unknown MiniHack task {task!r}; known tasks: {sorted(MINIHACK_TASKS)}")
-        if instruction_style not in INSTRUCTION_STYLES:
-            raise ValueError(
-                f"instruction_style must be one of {sorted(INSTRUCTION_STYLES)}, got {instruction_style!r}"
-            )
+        env_id, family = task_entry(MINIHACK_TASKS, task, "MiniHack")
+        build_prompt = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         extra = dict(env_kwargs or {})
         reserved = {"observation_keys", "max_episode_steps", "actions"} & set(extra)
         if reserved:
             raise ValueError(f"env_kwargs must not set {sorted(reserved)} (the text env controls them)")
-        env_id, family = MINIHACK_TASKS[task]
         kwargs = {**BALROG_MINIHACK_KWARGS, "max_episode_steps": NATIVE_STEP_LIMIT, "fix_moon_phase": True, **extra}
         env = make_nle_env(env_id, kwargs)
         names = list(action_indices(env.actions, MINIHACK_ACTION_NAMES, strict=False))
@@ -205,7 +201,7 @@ class MiniHackTextEnv(NetHackTextEnvBase):
         self.env_id = env_id
         self.env_kwargs = kwargs
         self.family = family
-        self._instruction = INSTRUCTION_STYLES[instruction_style](family, names)  # the same for every episode
+        self._instruction = build_prompt(family, names)  # the same for every episode
         self._success = False
         self._goal_status = int(env.StepStatus.TASK_SUCCESSFUL)
 

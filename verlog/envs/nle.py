@@ -59,6 +59,7 @@ from verlog.envs.nethack_actions import (
     NAMED_ACTIONS,
 )
 from verlog.envs.nethack_text import NATIVE_STEP_LIMIT, NetHackTextEnvBase, make_nle_env
+from verlog.envs.options import instruction_builder
 from verlog.envs.parsing import after_last_marker, extract_action
 from verlog.envs.registry import register
 
@@ -210,10 +211,7 @@ class NLETextEnv(NetHackTextEnvBase):
         stuck_limit: int | None = STUCK_LIMIT,
         env_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        if instruction_style not in INSTRUCTION_STYLES:
-            raise ValueError(
-                f"instruction_style must be one of {sorted(INSTRUCTION_STYLES)}, got {instruction_style!r}"
-            )
+        build_prompt = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         if stuck_limit is not None:
             if isinstance(stuck_limit, bool) or not isinstance(stuck_limit, int):
                 raise TypeError(f"stuck_limit must be an int or None, got {type(stuck_limit).__name__}")
@@ -244,7 +242,7 @@ class NLETextEnv(NetHackTextEnvBase):
         self.env_id = "NetHackChallenge-v0"
         self.env_kwargs = kwargs
         self.stuck_limit = stuck_limit
-        self._instruction = INSTRUCTION_STYLES[instruction_style]()  # the same for every episode
+        self._instruction = build_prompt()  # the same for every episode
         # For parsing: letters once (lower case), the case is recovered from the reply.
         self._parse_set = NLE_NAMED_ACTIONS + LETTER_ACTIONS[:26] + DIGIT_ACTIONS
         self._stuck_steps = 0

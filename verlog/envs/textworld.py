@@ -45,6 +45,7 @@ import textworld  # the real package: absolute import, not this module
 from jericho.jericho import UnsupportedGameWarning
 
 from verlog.envs.base import TextEnv, require_episode
+from verlog.envs.options import task_entry
 from verlog.envs.parsing import after_last_marker
 from verlog.envs.registry import register
 from verlog.envs.textworld_games import GameSpec, default_cache_dir, ensure_game, resolve_spec
@@ -367,11 +368,10 @@ def make_textworld(
     Raises:
         ValueError: unknown task (the message lists the known ones), or bad arguments.
     """
-    if task not in TEXTWORLD_TASKS:
-        raise ValueError(f"unknown TextWorld task {task!r}; known tasks: {sorted(TEXTWORLD_TASKS)}")
+    default_steps = task_entry(TEXTWORLD_TASKS, task, "TextWorld")
     return TextWorldTextEnv(
         task,
-        max_steps=TEXTWORLD_TASKS[task] if max_steps is None else max_steps,
+        max_steps=default_steps if max_steps is None else max_steps,
         format_penalty=format_penalty,
         instruction_style=instruction_style,
         num_games=num_games,

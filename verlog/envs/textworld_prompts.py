@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from verlog.envs.options import task_entry
+
 __all__ = ["INSTRUCTION_STYLES", "build_brief_instruction", "build_instruction"]
 
 _COMMON_COMMANDS = [
@@ -78,9 +80,7 @@ def build_instruction(task: str, max_steps: int | None) -> str:
     Raises:
         ValueError: unknown task.
     """
-    if task not in _GAME_TEXT:
-        raise ValueError(f"unknown TextWorld task {task!r}; known tasks: {sorted(_GAME_TEXT)}")
-    intro, tips = _GAME_TEXT[task]
+    intro, tips = task_entry(_GAME_TEXT, task, "TextWorld")
     commands = _COMMON_COMMANDS + (_COOKING_COMMANDS if task == "the_cooking_game" else [])
     listing = "\n".join(f"- {name}: {meaning}" for name, meaning in commands)
     if max_steps is not None:

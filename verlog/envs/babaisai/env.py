@@ -44,6 +44,7 @@ from verlog.envs.babaisai.levels import BABAISAI_LEVELS, generate_level
 from verlog.envs.babaisai.items import item_name
 from verlog.envs.babaisai.rules import ACTIONS, LOSE, WIN, BabaGame
 from verlog.envs.base import TextEnv, require_episode
+from verlog.envs.options import instruction_builder
 from verlog.envs.wording import steps
 
 __all__ = [
@@ -242,12 +243,9 @@ class BabaIsAITextEnv(TextEnv):
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
         if level not in BABAISAI_LEVELS:
             raise ValueError(f"unknown Baba Is AI level {level!r}; levels are {list(BABAISAI_LEVELS)}")
-        if instruction_style not in INSTRUCTION_STYLES:
-            raise ValueError(
-                f"instruction_style must be one of {sorted(INSTRUCTION_STYLES)}, got {instruction_style!r}"
-            )
+        build_prompt = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         self.level = level
-        self._instruction = INSTRUCTION_STYLES[instruction_style]()  # the same for every level and episode
+        self._instruction = build_prompt()  # the same for every level and episode
         self.game: BabaGame | None = None
         self.target_plan = ""
         self._outcome = ""
