@@ -340,7 +340,6 @@ class BabyAITextEnv(TextEnv):
     default_action = DEFAULT_ACTION
 
     # -------------------------------------------------------------- TextEnv properties
-
     @property
     def mission(self) -> str:
         """minigrid's mission of the current episode. Raises RuntimeError before the first reset."""

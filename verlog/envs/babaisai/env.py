@@ -257,7 +257,6 @@ class BabaIsAITextEnv(TextEnv):
     default_action = DEFAULT_ACTION
 
     # -------------------------------------------------------------- TextEnv properties
-
     @property
     def progression(self) -> float:
         """1.0 once the episode is won, else 0.0."""
