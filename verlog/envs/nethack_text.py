@@ -9,7 +9,8 @@ An observation has four parts, each under a header line (our own rendering; BALR
 
   - every visible monster (``tame kitten``, ``giant rat``), object (``long sword``, ``potion``,
     ``red gem``) and dungeon feature (doors, doorways, staircases, fountains, altars, traps, water,
-    lava ...) anywhere on the map, at most :data:`MAX_PER_NAME` of each name;
+    lava ...) anywhere on the map, at most :data:`~verlog.envs.nethack_glyphs.MAX_PER_NAME` of each
+    name;
   - walls, corridors, trees and iron bars only when they are adjacent.
 
   Each item is the thing's name and where it is relative to the agent, in map steps with the compass
@@ -29,8 +30,8 @@ An observation has four parts, each under a header line (our own rendering; BALR
 * ``map:`` the 80x24 terminal without its first (message) line: 21 map lines and the two status
   lines, trailing spaces removed (lines are kept, so line ``y`` is map row ``y``).
 
-The current-only context (:func:`render_inventory`) is the inventory, ``Inventory:`` then one
-``<letter>: <item>`` line per item.
+The current-only context (:func:`~verlog.envs.nethack_screen.render_inventory`) is the inventory,
+``Inventory:`` then one ``<letter>: <item>`` line per item.
 
 ``--More--``: after every action, while the terminal shows ``--More--`` and the game is not over, the
 MORE key is pressed (the presses are counted, they are not agent steps; their rewards are added to
