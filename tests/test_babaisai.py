@@ -25,7 +25,8 @@ from verlog.envs.babaisai import (
     solve,
 )
 from verlog.envs.babaisai.env import LOST_NOTICE, offset_text
-from verlog.envs.babaisai.rules import LOSE, ONGOING, WIN, item_code, noun_code
+from verlog.envs.babaisai.items import item_code, noun_code
+from verlog.envs.babaisai.rules import LOSE, ONGOING, WIN
 from verlog.envs.base import INFO_KEYS, invalid_action_notice
 from verlog.envs.registry import is_registered
 

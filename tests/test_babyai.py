@@ -403,3 +403,51 @@ def test_registry_errors_are_specific():
     with pytest.raises(TypeError, match="not a TextEnv"):
         make_env("test/not_a_text_env")
     assert isinstance(make_env("babyai/goto", max_steps=5), TextEnv)
+
+
+class _TwoDoors(TextEnv):
+    """A minimal game on TextEnv's defaults: fixed actions, a prompt set at reset."""
+
+    fixed_actions = ("left door", "right door")
+    default_action = "left door"
+    progression = 0.0
+
+    def _reset_game(self, seed):
+        self._instruction = f"Pick a door (episode seeded {seed})."
+        return "two doors", {}
+
+    def _step_game(self, action):
+        return f"you chose the {action}", float(action == "right door"), True, False, {}
+
+
+def test_textenv_defaults_serve_fixed_actions_and_the_stored_prompt():
+    env = _TwoDoors()
+    assert env.valid_actions == ["left door", "right door"]
+    assert env.valid_actions is not env.valid_actions  # a new list each time: callers may change it
+    with pytest.raises(RuntimeError, match="no episode yet: call reset"):
+        _ = env.instruction
+    obs, info = env.reset(seed=7)
+    assert env.instruction == info["instruction"] == "Pick a door (episode seeded 7)."
+    assert info["valid_actions"] == ["left door", "right door"]
+    obs, reward, terminated, _, info = env.step("I pick... ACTION: Right Door")
+    assert (obs, reward, terminated, info["action"]) == ("you chose the right door", 1.0, True, "right door")
+    env.reset(seed=8)
+    obs, _, _, _, info = env.step("no idea")
+    assert obs == invalid_action_notice("left door") + "\nyou chose the left door" and not info["action_valid"]
+
+
+def test_shared_helpers_of_the_game_modules():
+    from verlog.envs.base import require_episode
+    from verlog.envs.options import instruction_builder, task_entry
+    from verlog.envs.wording import steps
+
+    assert (steps(1), steps(0), steps(12)) == ("1 step", "0 steps", "12 steps")
+    assert require_episode(0) == 0 and require_episode("") == ""  # only None means "no episode"
+    with pytest.raises(RuntimeError, match="no episode yet"):
+        require_episode(None)
+    assert task_entry({"a": 3, "b": 4}, "b", "Toy") == 4
+    with pytest.raises(ValueError, match=r"unknown Toy task 'c'; known tasks: \['a', 'b'\]"):
+        task_entry({"b": 4, "a": 3}, "c", "Toy")
+    assert instruction_builder({"full": len, "brief": str}, "brief") is str
+    with pytest.raises(ValueError, match=r"instruction_style must be one of \['brief', 'full'\], got 'long'"):
+        instruction_builder({"full": len, "brief": str}, "long")

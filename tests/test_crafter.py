@@ -18,15 +18,9 @@ from crafter import constants, objects
 from verlog.envs import make_env
 from verlog.envs.registry import is_registered
 from verlog.envs.base import INFO_KEYS, invalid_action_notice
-from verlog.envs.crafter import (
-    ACHIEVEMENTS,
-    CRAFTER_ACTIONS,
-    CrafterTextEnv,
-    describe_location,
-    describe_status,
-    describe_surroundings,
-    make_world_deterministic,
-)
+from verlog.envs.crafter import ACHIEVEMENTS, CRAFTER_ACTIONS, CrafterTextEnv
+from verlog.envs.crafter_game import make_world_deterministic
+from verlog.envs.crafter_text import describe_location, describe_status, describe_surroundings
 
 ACTIONS = list(CRAFTER_ACTIONS)
 NORTH, SOUTH, WEST, EAST = (0, -1), (0, 1), (-1, 0), (1, 0)

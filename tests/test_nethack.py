@@ -13,6 +13,9 @@ from nle import nethack
 
 from verlog.envs import make_env, make_vector_env
 from verlog.envs.registry import is_registered
+from verlog.envs import nethack_actions as na
+from verlog.envs import nethack_glyphs as ng
+from verlog.envs import nethack_screen as ns
 from verlog.envs import nethack_text as nt
 from verlog.envs.base import INFO_KEYS
 from verlog.envs.minihack import MINIHACK_TASKS
@@ -55,15 +58,15 @@ def nle_env():
 
 # ----------------------------------------------------------------------------------------- rendering
 def test_offset_text():
-    assert nt.offset_text(0, 1) == "adjacent east"
-    assert nt.offset_text(-1, -1) == "adjacent northwest"
-    assert nt.offset_text(1, 0) == "adjacent south"
-    assert nt.offset_text(-3, -3) == "3 steps northwest"
-    assert nt.offset_text(0, -4) == "4 steps west"
-    assert nt.offset_text(2, 0) == "2 steps south"
-    assert nt.offset_text(2, 5) == "2 steps south and 5 steps east"
-    assert nt.offset_text(-1, 2) == "1 step north and 2 steps east"
-    assert nt.offset_text(0, 0) == "here"
+    assert ng.offset_text(0, 1) == "adjacent east"
+    assert ng.offset_text(-1, -1) == "adjacent northwest"
+    assert ng.offset_text(1, 0) == "adjacent south"
+    assert ng.offset_text(-3, -3) == "3 steps northwest"
+    assert ng.offset_text(0, -4) == "4 steps west"
+    assert ng.offset_text(2, 0) == "2 steps south"
+    assert ng.offset_text(2, 5) == "2 steps south and 5 steps east"
+    assert ng.offset_text(-1, 2) == "1 step north and 2 steps east"
+    assert ng.offset_text(0, 0) == "here"
 
 
 def test_describe_surroundings_on_hand_made_glyphs():
@@ -81,7 +84,7 @@ def test_describe_surroundings_on_hand_made_glyphs():
     glyphs[y - 2, x + 2] = nethack.GLYPH_OBJ_OFF + _obj("ruby")
     for k in range(4):  # four newts in a row: only the 3 nearest are listed
         glyphs[y + 7, x + 2 * k] = nethack.GLYPH_MON_OFF + _mon("newt")
-    assert nt.describe_surroundings(glyphs, x, y) == [
+    assert ng.describe_surroundings(glyphs, x, y) == [
         "wall adjacent north",
         "tame kitten adjacent east",
         "red gem 2 steps northeast",
@@ -92,20 +95,20 @@ def test_describe_surroundings_on_hand_made_glyphs():
         "newt 7 steps south and 2 steps east",
         "newt 7 steps south and 4 steps east",
     ]
-    assert nt.cursor_line(glyphs, x, y) == "Yourself a valkyrie (x=10, y=5)"
+    assert ng.cursor_line(glyphs, x, y) == "Yourself a valkyrie (x=10, y=5)"
     with pytest.raises(ValueError, match="outside"):
-        nt.describe_surroundings(glyphs, 79, 0)
+        ng.describe_surroundings(glyphs, 79, 0)
 
 
 def test_glyph_kinds_match_nethack_symbols():
-    names, kinds = nt.glyph_table()
+    names, kinds = ng.glyph_table()
     assert len(names) == nethack.MAX_GLYPH
     explanation = lambda i: nethack.symdef.from_idx(i).explanation  # noqa: E731
-    assert {explanation(i) for i in nt._CMAP_ADJACENT} == {"wall", "iron bars", "tree", "corridor", "lit corridor"}
+    assert {explanation(i) for i in ng._CMAP_ADJACENT} == {"wall", "iron bars", "tree", "corridor", "lit corridor"}
     assert {explanation(i) for i in (0, 19, 20)} == {"dark part of a room", "floor of a room"}
-    assert explanation(24) == "staircase down" and kinds[_cmap(24)] == nt.KIND_ANY
-    assert kinds[STONE] == kinds[_cmap(19)] == nt.KIND_SKIP
-    assert kinds[_cmap(2)] == nt.KIND_ADJACENT
+    assert explanation(24) == "staircase down" and kinds[_cmap(24)] == ng.KIND_ANY
+    assert kinds[STONE] == kinds[_cmap(19)] == ng.KIND_SKIP
+    assert kinds[_cmap(2)] == ng.KIND_ADJACENT
     assert names[nethack.GLYPH_BODY_OFF + _mon("newt")] == "newt corpse"
     assert names[nethack.GLYPH_OBJ_OFF + _obj("boulder")] == "boulder"
 
@@ -114,31 +117,31 @@ def test_map_message_and_inventory_helpers():
     tty = np.full((24, 80), ord(" "), dtype=np.uint8)
     tty[0, :13] = np.frombuffer(b"Hello--More--", dtype=np.uint8)
     tty[6, 2:5] = np.frombuffer(b"@..", dtype=np.uint8)
-    lines = nt.render_map(tty).split("\n")
+    lines = ns.render_map(tty).split("\n")
     assert len(lines) == 23 and lines[5] == "  @.." and lines[0] == "" and lines[-1] == ""
-    assert nt.find_more(tty) == (0, 5)
-    assert nt.more_text(tty, 0, 5) == "Hello"
+    assert ns.find_more(tty) == (0, 5)
+    assert ns.more_text(tty, 0, 5) == "Hello"
     window = np.full((24, 80), ord(" "), dtype=np.uint8)  # a text window at column 40, rows 0-2
     for row, text in enumerate([b"Things that are here:", b"a dagger", b"a rock"]):
         window[row, 40 : 40 + len(text)] = np.frombuffer(text, dtype=np.uint8)
     window[3, 40:48] = np.frombuffer(b"--More--", dtype=np.uint8)
     window[1, :5] = np.frombuffer(b"|...|", dtype=np.uint8)  # map left of the window is ignored
-    assert nt.find_more(window) == (3, 40)
-    assert nt.more_text(window, 3, 40) == "Things that are here:\na dagger\na rock"
-    assert nt.find_more(np.full((24, 80), 32, dtype=np.uint8)) is None
+    assert ns.find_more(window) == (3, 40)
+    assert ns.more_text(window, 3, 40) == "Things that are here:\na dagger\na rock"
+    assert ns.find_more(np.full((24, 80), 32, dtype=np.uint8)) is None
 
     message = np.zeros(256, dtype=np.uint8)
     message[:5] = np.frombuffer(b"Hi!  ", dtype=np.uint8)
-    assert nt.decode_message(message) == "Hi!"
+    assert ns.decode_message(message) == "Hi!"
     letters = np.zeros(55, dtype=np.uint8)
     strs = np.zeros((55, 80), dtype=np.uint8)
-    assert nt.render_inventory(letters, strs) == "Inventory:\n(empty)"
+    assert ns.render_inventory(letters, strs) == "Inventory:\n(empty)"
     for i, (letter, text) in enumerate([(b"a", b"a +1 long sword (weapon in hand)"), (b"d", b"a food ration")]):
         letters[i] = letter[0]
         strs[i, : len(text)] = np.frombuffer(text, dtype=np.uint8)
-    assert nt.render_inventory(letters, strs) == "Inventory:\na: a +1 long sword (weapon in hand)\nd: a food ration"
+    assert ns.render_inventory(letters, strs) == "Inventory:\na: a +1 long sword (weapon in hand)\nd: a food ration"
     with pytest.raises(ValueError, match="uint8"):
-        nt.render_map(np.zeros((24, 80), dtype=np.int16))
+        ns.render_map(np.zeros((24, 80), dtype=np.int16))
 
 
 class _RoomEnv(nt.NetHackTextEnvBase):
@@ -213,7 +216,7 @@ def test_minihack_action_tables_and_every_action_executes(task, expected):
     assert env.valid_actions == expected and env.default_action == "north"
     for name in expected:
         index = env._action_index[name]
-        assert int(env.nle.actions[index]) == nt.NAMED_ACTIONS[name]
+        assert int(env.nle.actions[index]) == na.NAMED_ACTIONS[name]
         env.reset(seed=1)
         _, _, _, _, info = env.step(f"ACTION: {name}")
         assert info["action"] == name and info["action_valid"]
@@ -226,17 +229,17 @@ def test_nle_action_table():
     assert {"esc", "zap", "annotate", "teleport", "travel", "minus", "apos", "space"} <= set(NLE_NAMED_ACTIONS)
     assert "overview" not in NLE_NAMED_ACTIONS and "shell" not in NLE_NAMED_ACTIONS
     assert not any(len(a) == 2 and a.isdigit() for a in NLE_ACTION_NAMES)  # no 00-99
-    named_keys = set(nt.NAMED_ACTIONS.values())
+    named_keys = set(na.NAMED_ACTIONS.values())
     useful = {int(a) for a in nethack.USEFUL_ACTIONS} - {int(nethack.Command.SHELL)}
     assert useful <= named_keys  # every useful command has a name
-    assert all(name in nt.ACTION_GLOSSES for name in NLE_NAMED_ACTIONS)
+    assert all(name in na.ACTION_GLOSSES for name in NLE_NAMED_ACTIONS)
 
 
 def test_every_nle_action_executes(nle_env):
     assert nle_env.valid_actions == list(NLE_ACTION_NAMES) and nle_env.default_action == "esc"
     for name in NLE_ACTION_NAMES:
         index = nle_env._action_index[name]
-        assert int(nle_env.nle.actions[index]) == (nt.NAMED_ACTIONS[name] if len(name) > 1 else ord(name))
+        assert int(nle_env.nle.actions[index]) == (na.NAMED_ACTIONS[name] if len(name) > 1 else ord(name))
         nle_env.reset(seed=2)
         _, _, _, _, info = nle_env.step(f"ACTION: {name}")
         assert info["action"] == name
@@ -477,22 +480,22 @@ def test_factories_pickle_and_run_in_async_vector_env():
 # ----------------------------------------------------------------------------- fast rendering = reference
 def _reference_describe(glyphs: np.ndarray, x: int, y: int) -> list[str]:
     """The language observation by its definition, one square at a time (slow, obviously right)."""
-    names, kinds = nt.glyph_table()
+    names, kinds = ng.glyph_table()
     items = []
     for r in range(glyphs.shape[0]):
         for c in range(glyphs.shape[1]):
             dist = max(abs(r - y), abs(c - x))
             kind = kinds[glyphs[r, c]]
-            if dist == 1 and kind != nt.KIND_SKIP or dist > 1 and kind == nt.KIND_ANY:
+            if dist == 1 and kind != ng.KIND_SKIP or dist > 1 and kind == ng.KIND_ANY:
                 items.append((dist, r, c, names[glyphs[r, c]]))
     lines, counts = [], {}
     for dist, r, c, name in sorted(items):
         if dist > 1:
             counts[name] = counts.get(name, 0) + 1
-            if counts[name] > nt.MAX_PER_NAME:
+            if counts[name] > ng.MAX_PER_NAME:
                 continue
-        lines.append(f"{name} {nt.offset_text(r - y, c - x)}")
-    return lines[: nt.MAX_DESCRIPTION_LINES]
+        lines.append(f"{name} {ng.offset_text(r - y, c - x)}")
+    return lines[: ng.MAX_DESCRIPTION_LINES]
 
 
 def _reference_map(tty: np.ndarray) -> str:
@@ -508,19 +511,19 @@ def test_fast_rendering_equals_the_reference_on_random_screens():
         x, y = int(rng.integers(0, 79)), int(rng.integers(0, 21))
         if trial % 5 == 0:  # corners and edges
             x, y = [0, 78][trial % 2], [0, 20][(trial // 2) % 2]
-        assert nt.describe_surroundings(glyphs, x, y) == _reference_describe(glyphs, x, y)
+        assert ng.describe_surroundings(glyphs, x, y) == _reference_describe(glyphs, x, y)
         # bytes 0, 32 and 255 included: spaces, NULs and the latin-1 top byte, trailing or not
         tty = rng.choice(np.array([0, 32, 32, 32, 46, 64, 255], dtype=np.uint8), size=(24, 80))
         tty[rng.integers(0, 24, 5)] = 32  # some blank rows
-        assert nt.render_map(tty) == _reference_map(tty)
+        assert ns.render_map(tty) == _reference_map(tty)
 
 
 def test_cursor_line_of_every_glyph_equals_the_reference():
-    names, _ = nt.glyph_table()
+    names, _ = ng.glyph_table()
     for glyph, name in enumerate(names):
         name = name if nethack.glyph_is_monster(glyph) else ""
         who = f"Yourself {'an' if name[:1].lower() in 'aeiou' else 'a'} {name}" if name else "Yourself"
-        assert nt.cursor_line(np.full((2, 3), glyph, dtype=np.int16), 2, 1) == f"{who} (x=2, y=1)"
+        assert ng.cursor_line(np.full((2, 3), glyph, dtype=np.int16), 2, 1) == f"{who} (x=2, y=1)"
 
 
 @pytest.mark.parametrize("name", ["nle/NetHackChallenge", "minihack/Quest-Medium"])

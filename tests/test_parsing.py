@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verlog.envs.parsing import action_key, extract_action
+from verlog.envs.parsing import action_key, after_last_marker, extract_action
 
 BABYAI = ["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]
 
@@ -128,6 +128,15 @@ def test_action_key():
     assert action_key("Turn_Left!") == "turnleft"
     assert action_key("  pick-UP ") == "pickup"
     assert action_key("") == ""
+
+
+def test_after_last_marker_is_the_text_after_the_final_marker():
+    assert after_last_marker("ACTION: up. **Action**: down now") == " down now"
+    assert after_last_marker("think <|ACTION|>go west<|END|>") == "go west<|END|>"
+    assert after_last_marker("Action - left") == " left"
+    assert after_last_marker("ACTION:") == ""  # a marker with nothing after it is not "no marker"
+    assert after_last_marker("go north") is None
+    assert after_last_marker("transaction: pay") is None  # "action" inside a longer word is no marker
 
 
 def test_huge_replies_are_fast():

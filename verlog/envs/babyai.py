@@ -37,8 +37,10 @@ from minigrid.envs.babyai.core.roomgrid_level import RejectSampling, RoomGridLev
 from minigrid.envs.babyai.core.verifier import BeforeInstr, GoToInstr, ObjDesc, PickupInstr
 from minigrid.minigrid_env import MiniGridEnv
 
-from verlog.envs.base import TextEnv
+from verlog.envs.base import TextEnv, require_episode
+from verlog.envs.options import instruction_builder, task_entry
 from verlog.envs.registry import register
+from verlog.envs.wording import steps
 
 __all__ = [
     "BABYAI_ACTIONS",
@@ -79,10 +81,6 @@ _NOT_LISTED = frozenset(OBJECT_TO_IDX[t] for t in _IGNORED_TYPES | {"wall"})
 _UNSEEN, _WALL = OBJECT_TO_IDX["unseen"], OBJECT_TO_IDX["wall"]
 
 
-def _steps(n: int) -> str:
-    return f"{n} step" if n == 1 else f"{n} steps"
-
-
 def _object_name(type_idx: int, color_idx: int, state: int) -> str:
     obj_type = IDX_TO_OBJECT[type_idx]
     color = IDX_TO_COLOR[color_idx]
@@ -96,8 +94,8 @@ def _object_name(type_idx: int, color_idx: int, state: int) -> str:
 
 
 def _offset(lateral: int, forward: int) -> str:
-    side = f"{_steps(abs(lateral))} {'left' if lateral < 0 else 'right'}" if lateral else ""
-    ahead = f"{_steps(forward)} forward" if forward else ""
+    side = f"{steps(abs(lateral))} {'left' if lateral < 0 else 'right'}" if lateral else ""
+    ahead = f"{steps(forward)} forward" if forward else ""
     return " and ".join(part for part in (side, ahead) if part)
 
 
@@ -123,7 +121,7 @@ def _view_geometry(size: int) -> _ViewGeometry:
     offsets = tuple((col - ax, ay - row) for col in range(size) for row in range(size))
     agent = ax * size + ay
     rays = tuple(
-        tuple((col * size + row, f"a wall {_steps(k)} {label}") for k, (col, row) in enumerate(ray, start=1))
+        tuple((col * size + row, f"a wall {steps(k)} {label}") for k, (col, row) in enumerate(ray, start=1))
         for label, ray in (
             ("forward", [(ax, ay - k) for k in range(1, ay + 1)]),
             ("left", [(ax - k, ay) for k in range(1, ax + 1)]),
@@ -327,52 +325,30 @@ class BabyAITextEnv(TextEnv):
         instruction_style: str = "full",
     ) -> None:
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
-        if instruction_style not in INSTRUCTION_STYLES:
-            raise ValueError(f"instruction_style must be one of {sorted(INSTRUCTION_STYLES)}, got {instruction_style!r}")
-        self._build_instruction = INSTRUCTION_STYLES[instruction_style]
+        self._build_instruction = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         kwargs = dict(level_kwargs or {})
         if "max_steps" in kwargs:
             raise ValueError("pass max_steps as BabyAITextEnv's own argument, not inside level_kwargs")
         self.minigrid: MiniGridEnv = _build_level(level, max_steps, kwargs)
         self._mission: str | None = None
-        self._instruction: str | None = None
         self._success = False
         self.rejected_layouts = 0
 
+    #: ``("turn left", "turn right", "go forward", "pick up", "drop", "toggle")``.
+    fixed_actions = tuple(BABYAI_ACTIONS)
+    #: ``"go forward"`` (BALROG's default for BabyAI).
+    default_action = DEFAULT_ACTION
+
     # -------------------------------------------------------------- TextEnv properties
-    @property
-    def valid_actions(self) -> list[str]:
-        """``["turn left", "turn right", "go forward", "pick up", "drop", "toggle"]``."""
-        return list(BABYAI_ACTIONS)
-
-    @property
-    def default_action(self) -> str:
-        """``"go forward"`` (BALROG's default for BabyAI)."""
-        return DEFAULT_ACTION
-
     @property
     def mission(self) -> str:
         """minigrid's mission of the current episode. Raises RuntimeError before the first reset."""
-        if self._mission is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        return self._mission
-
-    @property
-    def instruction(self) -> str:
-        """System prompt of the current episode (contains the mission). RuntimeError before reset."""
-        if self._instruction is None:
-            self._instruction = self._build_instruction(self.mission)  # once per episode: info carries it every step
-        return self._instruction
+        return require_episode(self._mission)
 
     @property
     def progression(self) -> float:
         """1.0 once any step of this episode had reward > 0, else 0.0."""
         return 1.0 if self._success else 0.0
-
-    @property
-    def success(self) -> bool:
-        """Whether any step of this episode had reward > 0."""
-        return self._success
 
     @property
     def state_key(self) -> bytes:
@@ -406,7 +382,7 @@ class BabyAITextEnv(TextEnv):
                 f"minigrid level uses max_steps={self.minigrid.max_steps}, expected {self.max_steps}"
             )
         self._mission = str(self.minigrid.mission)
-        self._instruction = None
+        self._instruction = self._build_instruction(self._mission)  # the prompt states the mission
         self._success = False
         return _render(obs["image"]), {"mission": self._mission}
 
@@ -437,9 +413,7 @@ def make_babyai(
     Raises:
         ValueError: unknown task (the message lists the known ones), or bad arguments.
     """
-    if task not in BABYAI_TASKS:
-        raise ValueError(f"unknown BabyAI task {task!r}; known tasks: {sorted(BABYAI_TASKS)}")
-    level, default_steps = BABYAI_TASKS[task]
+    level, default_steps = task_entry(BABYAI_TASKS, task, "BabyAI")
     return BabyAITextEnv(
         level,
         max_steps=default_steps if max_steps is None else max_steps,

@@ -11,14 +11,22 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, TypeVar
 
 import gymnasium
 from gymnasium import spaces
 
 from verlog.envs.parsing import extract_action
 
-__all__ = ["TextEnv", "TEXT_CHARSET", "OBS_MAX_CHARS", "REPLY_MAX_CHARS", "INFO_KEYS", "invalid_action_notice"]
+__all__ = [
+    "TextEnv",
+    "TEXT_CHARSET",
+    "OBS_MAX_CHARS",
+    "REPLY_MAX_CHARS",
+    "INFO_KEYS",
+    "invalid_action_notice",
+    "require_episode",
+]
 
 
 def _charset() -> str:
@@ -68,6 +76,20 @@ def invalid_action_notice(executed: str) -> str:
     return f'Your previous reply did not contain a valid action, so "{executed}" was executed instead.'
 
 
+_T = TypeVar("_T")
+
+
+def require_episode(value: _T | None) -> _T:
+    """``value``, a part of the current episode's state that is ``None`` until the first reset.
+
+    Raises:
+        RuntimeError: ``value`` is ``None``: no episode has started yet.
+    """
+    if value is None:
+        raise RuntimeError("no episode yet: call reset() first")
+    return value
+
+
 class TextEnv(gymnasium.Env, ABC):
     """Base class of every text game: ``reset() -> (str, info)``, ``step(reply: str) -> 5-tuple``.
 
@@ -78,9 +100,15 @@ class TextEnv(gymnasium.Env, ABC):
     * ``_step_game(action: str) -> (obs, reward, terminated, truncated, info)``: ``action`` is what
       :meth:`parse_action` returned (by default always one of ``valid_actions``) or ``default_action``.
     * optionally the property ``context: str`` (current-only text such as an inventory).
-    * properties ``valid_actions: list[str]``, ``default_action: str`` (executed for invalid replies),
-      ``instruction: str`` (system prompt of the current episode) and ``progression: float`` in [0, 1]
-      (the episode's progress so far). ``success: bool`` defaults to ``progression >= 1``.
+    * the actions: :attr:`fixed_actions` (a tuple, on the class or set in ``__init__``) for a game whose
+      action set never changes, which ``valid_actions: list[str]`` then lists; a game whose actions
+      change during play overrides ``valid_actions`` instead.
+    * ``default_action: str`` (executed for invalid replies; a class attribute will do) and the property
+      ``progression: float`` in [0, 1] (the episode's progress so far). ``success: bool`` defaults to
+      ``progression >= 1``.
+    * the system prompt: ``instruction`` returns ``self._instruction``, which the game sets in
+      ``__init__`` (a prompt that is the same for every episode) or in ``_reset_game`` (one that
+      depends on the episode); a game may override the property instead.
 
     ``step`` parses the reply with :meth:`parse_action`. If no valid action is
     found, ``default_action`` is executed, the next observation starts with
@@ -124,6 +152,7 @@ class TextEnv(gymnasium.Env, ABC):
         self._episode_step = 0
         self._needs_reset = True
         self._info_keys: frozenset[str] | None = None
+        self._instruction: str | None = None  # see :attr:`instruction`
 
     # ------------------------------------------------------------------ to implement in a game
     @abstractmethod
@@ -136,23 +165,31 @@ class TextEnv(gymnasium.Env, ABC):
 
     @property
     @abstractmethod
-    def valid_actions(self) -> list[str]:
-        """The canonical action strings of the game."""
-
-    @property
-    @abstractmethod
     def default_action(self) -> str:
         """The action executed when a reply holds no valid action."""
 
     @property
     @abstractmethod
-    def instruction(self) -> str:
-        """The system prompt of the current episode."""
-
-    @property
-    @abstractmethod
     def progression(self) -> float:
         """Progress of the current episode so far, in [0, 1]."""
+
+    # ------------------------------------------------------------------ defaults a game may override
+    #: The action strings of a game whose action set never changes (see :attr:`valid_actions`).
+    fixed_actions: tuple[str, ...] = ()
+
+    @property
+    def valid_actions(self) -> list[str]:
+        """The canonical action strings of the game: by default :attr:`fixed_actions`, as a new list."""
+        return list(self.fixed_actions)
+
+    @property
+    def instruction(self) -> str:
+        """The system prompt of the current episode (``self._instruction``, set by the game).
+
+        Raises:
+            RuntimeError: the game has not set it yet (a per-episode prompt before the first reset).
+        """
+        return require_episode(self._instruction)
 
     @property
     def success(self) -> bool:

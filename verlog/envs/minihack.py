@@ -43,13 +43,9 @@ import functools
 import warnings
 from typing import Any, Mapping
 
-from verlog.envs.nethack_text import (
-    ACTION_GLOSSES,
-    NATIVE_STEP_LIMIT,
-    NetHackTextEnvBase,
-    action_indices,
-    make_nle_env,
-)
+from verlog.envs.nethack_actions import ACTION_GLOSSES, action_indices
+from verlog.envs.nethack_text import NATIVE_STEP_LIMIT, NetHackTextEnvBase, make_nle_env
+from verlog.envs.options import instruction_builder, task_entry
 from verlog.envs.registry import register
 
 with warnings.catch_warnings():  # minihack imports pkg_resources, deprecated in recent setuptools
@@ -64,7 +60,6 @@ __all__ = [
     "MiniHackTextEnv",
     "build_instruction",
     "build_brief_instruction",
-    "make_minihack",
 ]
 
 #: BALROG's MiniHack action names (its 33-name list), in its order; each task keeps those its own
@@ -187,17 +182,12 @@ class MiniHackTextEnv(NetHackTextEnvBase):
     ) -> None:
         if task in UNSUPPORTED_TASKS:
             raise ValueError(f"MiniHack task {task!r} is not available: {UNSUPPORTED_TASKS[task]}")
-        if task not in MINIHACK_TASKS:
-            raise ValueError(f"unknown MiniHack task {task!r}; known tasks: {sorted(MINIHACK_TASKS)}")
-        if instruction_style not in INSTRUCTION_STYLES:
-            raise ValueError(
-                f"instruction_style must be one of {sorted(INSTRUCTION_STYLES)}, got {instruction_style!r}"
-            )
+        env_id, family = task_entry(MINIHACK_TASKS, task, "MiniHack")
+        build_prompt = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         extra = dict(env_kwargs or {})
         reserved = {"observation_keys", "max_episode_steps", "actions"} & set(extra)
         if reserved:
             raise ValueError(f"env_kwargs must not set {sorted(reserved)} (the text env controls them)")
-        env_id, family = MINIHACK_TASKS[task]
         kwargs = {**BALROG_MINIHACK_KWARGS, "max_episode_steps": NATIVE_STEP_LIMIT, "fix_moon_phase": True, **extra}
         env = make_nle_env(env_id, kwargs)
         names = list(action_indices(env.actions, MINIHACK_ACTION_NAMES, strict=False))
@@ -211,54 +201,25 @@ class MiniHackTextEnv(NetHackTextEnvBase):
         self.env_id = env_id
         self.env_kwargs = kwargs
         self.family = family
-        self._instruction = INSTRUCTION_STYLES[instruction_style](family, names)
+        self._instruction = build_prompt(family, names)  # the same for every episode
         self._success = False
         self._goal_status = int(env.StepStatus.TASK_SUCCESSFUL)
 
-    @property
-    def default_action(self) -> str:
-        """``"north"`` (BALROG's MiniHack default)."""
-        return DEFAULT_ACTION
-
-    @property
-    def instruction(self) -> str:
-        """The system prompt (the same for every episode of the task)."""
-        return self._instruction
+    #: ``"north"`` (BALROG's MiniHack default).
+    default_action = DEFAULT_ACTION
 
     @property
     def progression(self) -> float:
-        """1.0 if the latest step reached the goal (which ends the episode), else 0.0."""
+        """1.0 if the latest step reached the goal (MiniHack's end status ``TASK_SUCCESSFUL``, which
+        ends the episode), else 0.0."""
         return 1.0 if self._success else 0.0
-
-    @property
-    def success(self) -> bool:
-        """Whether the latest step reached the goal (MiniHack's end status ``TASK_SUCCESSFUL``)."""
-        return self._success
 
     def _on_observation(self, reset: bool, reward: float, done: bool, end_status: int) -> None:
         self._success = (not reset) and end_status == self._goal_status
 
 
-def make_minihack(
-    task: str,
-    *,
-    max_steps: int | None = None,
-    format_penalty: float = 0.0,
-    instruction_style: str = "full",
-    env_kwargs: Mapping[str, Any] | None = None,
-) -> MiniHackTextEnv:
-    """Build the MiniHack task ``task`` (see :class:`MiniHackTextEnv` for the arguments)."""
-    return MiniHackTextEnv(
-        task,
-        max_steps=max_steps,
-        format_penalty=format_penalty,
-        instruction_style=instruction_style,
-        env_kwargs=env_kwargs,
-    )
-
-
 for _task in MINIHACK_TASKS:
-    register(f"minihack/{_task}", functools.partial(make_minihack, _task))
-# Registered so that asking for them explains why they are missing (make_minihack raises ValueError).
+    register(f"minihack/{_task}", functools.partial(MiniHackTextEnv, _task))
+# Registered so that asking for them explains why they are missing (MiniHackTextEnv raises ValueError).
 for _task in UNSUPPORTED_TASKS:
-    register(f"minihack/{_task}", functools.partial(make_minihack, _task))
+    register(f"minihack/{_task}", functools.partial(MiniHackTextEnv, _task))

@@ -50,18 +50,17 @@ from typing import Any, Mapping
 
 from nle import nethack
 
-from verlog.envs.nethack_text import (
+from verlog.envs.nethack_actions import (
     ACTION_GLOSSES,
     DIGIT_ACTIONS,
     FAR_MOVE_ACTIONS,
     LETTER_ACTIONS,
     MOVE_ACTIONS,
     NAMED_ACTIONS,
-    NATIVE_STEP_LIMIT,
-    NetHackTextEnvBase,
-    make_nle_env,
 )
-from verlog.envs.parsing import extract_action
+from verlog.envs.nethack_text import NATIVE_STEP_LIMIT, NetHackTextEnvBase, make_nle_env
+from verlog.envs.options import instruction_builder
+from verlog.envs.parsing import after_last_marker, extract_action
 from verlog.envs.registry import register
 
 __all__ = [
@@ -74,7 +73,6 @@ __all__ = [
     "progression_of",
     "build_instruction",
     "build_brief_instruction",
-    "make_nle",
 ]
 
 #: The named actions, in the instruction's order.
@@ -176,21 +174,14 @@ def build_brief_instruction() -> str:
 
 INSTRUCTION_STYLES = {"full": build_instruction, "brief": build_brief_instruction}
 
-# The text that decides a single-letter action's case: after the last action marker (the rule of
-# verlog.envs.parsing), or the whole reply when there is no marker.
-_MARKER = re.compile(
-    r"(?<![^\W_])action[*_`]*\s*(?:[:=]|[-\u2013\u2014](?=\s))|<\|action\|>",
-    re.IGNORECASE,
-)
 _FIRST_ALNUM = re.compile(r"[^\W_]")
 
 
 def _written_letter(reply: str) -> str | None:
     """The first letter/digit after the last action marker (or of the reply), as written."""
-    last = None
-    for last in _MARKER.finditer(reply):
-        pass
-    text = reply[last.end() :] if last is not None else reply
+    text = after_last_marker(reply)
+    if text is None:
+        text = reply
     found = _FIRST_ALNUM.search(text)
     return found.group() if found else None
 
@@ -220,10 +211,7 @@ class NLETextEnv(NetHackTextEnvBase):
         stuck_limit: int | None = STUCK_LIMIT,
         env_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        if instruction_style not in INSTRUCTION_STYLES:
-            raise ValueError(
-                f"instruction_style must be one of {sorted(INSTRUCTION_STYLES)}, got {instruction_style!r}"
-            )
+        build_prompt = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         if stuck_limit is not None:
             if isinstance(stuck_limit, bool) or not isinstance(stuck_limit, int):
                 raise TypeError(f"stuck_limit must be an int or None, got {type(stuck_limit).__name__}")
@@ -254,7 +242,7 @@ class NLETextEnv(NetHackTextEnvBase):
         self.env_id = "NetHackChallenge-v0"
         self.env_kwargs = kwargs
         self.stuck_limit = stuck_limit
-        self._instruction = INSTRUCTION_STYLES[instruction_style]()
+        self._instruction = build_prompt()  # the same for every episode
         # For parsing: letters once (lower case), the case is recovered from the reply.
         self._parse_set = NLE_NAMED_ACTIONS + LETTER_ACTIONS[:26] + DIGIT_ACTIONS
         self._stuck_steps = 0
@@ -264,26 +252,15 @@ class NLETextEnv(NetHackTextEnvBase):
         self._last_levels = (0, 0)
         self._progression = 0.0
 
+    #: ``"esc"`` (BALROG's NetHack default).
+    default_action = DEFAULT_ACTION
+
     # -------------------------------------------------------------- TextEnv properties
     @property
-    def default_action(self) -> str:
-        """``"esc"`` (BALROG's NetHack default)."""
-        return DEFAULT_ACTION
-
-    @property
-    def instruction(self) -> str:
-        """The system prompt (the same for every episode)."""
-        return self._instruction
-
-    @property
     def progression(self) -> float:
-        """The maximum of :func:`progression_of` over the episode's states so far."""
+        """The maximum of :func:`progression_of` over the episode's states so far (NetHack has no
+        success short of ascending, so ``success`` is the default ``progression >= 1``)."""
         return self._progression
-
-    @property
-    def success(self) -> bool:
-        """NetHack has no success short of ascending: ``progression >= 1``."""
-        return self._progression >= 1.0
 
     @property
     def stuck_steps(self) -> int:
@@ -338,23 +315,5 @@ class NLETextEnv(NetHackTextEnvBase):
         return obs, reward, terminated, truncated, info
 
 
-def make_nle(
-    *,
-    max_steps: int | None = None,
-    format_penalty: float = 0.0,
-    instruction_style: str = "full",
-    stuck_limit: int | None = STUCK_LIMIT,
-    env_kwargs: Mapping[str, Any] | None = None,
-) -> NLETextEnv:
-    """Build ``nle/NetHackChallenge`` (see :class:`NLETextEnv` for the arguments)."""
-    return NLETextEnv(
-        max_steps=max_steps,
-        format_penalty=format_penalty,
-        instruction_style=instruction_style,
-        stuck_limit=stuck_limit,
-        env_kwargs=env_kwargs,
-    )
-
-
-register("nle/NetHackChallenge", make_nle)
-register("nle/default", make_nle)
+register("nle/NetHackChallenge", NLETextEnv)
+register("nle/default", NLETextEnv)

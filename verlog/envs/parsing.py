@@ -31,7 +31,7 @@ import unicodedata
 from functools import lru_cache
 from typing import NamedTuple, Sequence
 
-__all__ = ["extract_action", "action_key"]
+__all__ = ["extract_action", "action_key", "after_last_marker"]
 
 # The word "action" (not part of a longer word), optional markdown closers, then ':' or '=',
 # or a dash followed by whitespace; or BALROG's "<|ACTION|>" tag.
@@ -57,6 +57,19 @@ def action_key(text: str) -> str:
     """
     folded = unicodedata.normalize("NFKC", text).casefold()
     return "".join(ch for ch in folded if ch.isalnum())
+
+
+def after_last_marker(reply: str) -> str | None:
+    """The text after the LAST action marker of ``reply`` (rule 1 of the module docstring), or ``None``
+    when the reply holds no marker.
+
+    Examples: ``after_last_marker("ACTION: up. Action: down") == " down"``,
+    ``after_last_marker("go north") is None``.
+    """
+    last = None
+    for last in _MARKER.finditer(reply):
+        pass
+    return reply[last.end() :] if last is not None else None
 
 
 class _ActionTable(NamedTuple):
@@ -160,11 +173,9 @@ def extract_action(reply: str, valid_actions: Sequence[str]) -> str | None:
     if isinstance(valid_actions, str):
         raise TypeError("valid_actions must be a sequence of action strings, not a single str")
     actions = _action_table(tuple(valid_actions))
-    last = None
-    for last in _MARKER.finditer(reply):
-        pass
-    if last is not None:
-        return _match_prefix(reply[last.end() :], actions)
+    answer = after_last_marker(reply)
+    if answer is not None:
+        return _match_prefix(answer, actions)
     # No marker: the whole reply must be one action. Cheap length guard before normalising.
     reply = reply.strip()
     if len(reply) > _WINDOW_FACTOR * actions.max_len + _WINDOW_SLACK:

@@ -44,9 +44,12 @@ from typing import Any, Mapping
 import textworld  # the real package: absolute import, not this module
 from jericho.jericho import UnsupportedGameWarning
 
-from verlog.envs.base import TextEnv
+from verlog.envs.base import TextEnv, require_episode
+from verlog.envs.options import task_entry
+from verlog.envs.parsing import after_last_marker
 from verlog.envs.registry import register
 from verlog.envs.textworld_games import GameSpec, default_cache_dir, ensure_game, resolve_spec
+from verlog.envs.textworld_prompts import INSTRUCTION_STYLES, build_brief_instruction, build_instruction
 
 __all__ = [
     "DEFAULT_ACTION",
@@ -55,8 +58,6 @@ __all__ = [
     "REQUEST_INFOS",
     "TEXTWORLD_TASKS",
     "TextWorldTextEnv",
-    "build_brief_instruction",
-    "build_instruction",
     "clean_feedback",
     "first_observation",
     "make_textworld",
@@ -87,9 +88,6 @@ REQUEST_INFOS = textworld.EnvInfos(
 #: Loaded games kept per env (each holds a Jericho interpreter and the game's logic, 2-4 MB).
 _MAX_LOADED_GAMES = 4
 
-# Same markers as verlog.envs.parsing: the word "action" (optionally in markdown) followed by ':' or
-# '=' or a dash and whitespace, or BALROG's "<|ACTION|>" tag.
-_MARKER = re.compile(r"(?<![^\W_])action[*_`]*\s*(?:[:=]|[-\u2013\u2014](?=\s))|<\|action\|>", re.IGNORECASE)
 _END_TAG = re.compile(r"<\|end\|>", re.IGNORECASE)
 _EDGE_CHARS = " \t\"'`*_.,;:!?()[]{}<>\u2018\u2019\u201c\u201d\u00ab\u00bb"
 _SENTENCE_END = re.compile(r"[.;!?]")
@@ -117,10 +115,9 @@ def parse_command(reply: str) -> str | None:
     """
     if not isinstance(reply, str):
         raise TypeError(f"reply must be a str, got {type(reply).__name__}")
-    last = None
-    for last in _MARKER.finditer(reply):
-        pass
-    text = reply[last.end() :] if last is not None else reply
+    text = after_last_marker(reply)
+    if text is None:
+        text = reply
     for line in text.splitlines():
         line = _END_TAG.split(line, 1)[0].strip(_EDGE_CHARS)
         line = _SENTENCE_END.split(line, 1)[0].strip(_EDGE_CHARS)
@@ -148,113 +145,6 @@ def first_observation(feedback: str, objective: str) -> str:
     if objective and objective in feedback:
         feedback = feedback.rsplit(objective, 1)[1]
     return clean_feedback(feedback)
-
-
-_COMMON_COMMANDS = [
-    ("look", "describe the room you are in"),
-    ("goal", "show the objective of the game"),
-    ("inventory", "list what you are carrying"),
-    ("go <direction>", "move north, south, east or west"),
-    ("examine <thing>", "look closely at something"),
-    ("open <door or container> / close <door or container>", "open or close it"),
-    ("take <object>", "pick up an object from the floor"),
-    ("take <object> from <container or supporter>", "take an object out of a container or off a supporter"),
-    ("put <object> on <supporter>", "place an object on a table, counter, shelf ..."),
-    ("insert <object> into <container>", "place an object into a box, chest, fridge ..."),
-    ("drop <object>", "drop an object you carry"),
-    ("unlock <door or container> with <key>", "unlock it with a key you carry (lock ... with ... locks)"),
-]
-_COOKING_COMMANDS = [
-    ("eat <food>", "eat something edible (eat the meal once it is prepared)"),
-    ("cook <food> with <heat source>", "fry it on the stove, roast it in the oven or grill it on the BBQ"),
-    ("slice / chop / dice <food> with <knife>", "cut food; you must hold both the food and the knife"),
-    ("prepare meal", "combine the prepared ingredients into the meal (in the kitchen)"),
-]
-_GAME_TEXT = {
-    "treasure_hunter": (
-        "You are in a randomly generated maze of rooms and must find one particular object and pick it "
-        "up. The object may be behind closed or locked doors, or inside closed or locked containers.",
-        [
-            "Type goal first: it names the object to find and where it is.",
-            "Picking up the wrong object loses the game: take only the object named in the goal, and a "
-            "key only when a locked door or container is in your way.",
-            "A locked door or container must be unlocked with the matching key in your inventory before "
-            "it can be opened.",
-            "Explore systematically and remember which rooms and exits you have already visited.",
-        ],
-    ),
-    "the_cooking_game": (
-        "You are hungry and must cook a meal. Find the kitchen, read the cookbook to learn the recipe, "
-        "collect every ingredient it lists (they are spread over the house, often inside closed "
-        "containers such as the fridge), process each one exactly as the recipe says, then prepare the "
-        "meal in the kitchen and eat it. You score a point for each useful step.",
-        [
-            "examine cookbook (in the kitchen) shows the recipe.",
-            "Cooking: the stove fries, the oven roasts, the BBQ grills. Cutting (slice, chop, dice) needs "
-            "a knife in your hands.",
-            "Do exactly what the recipe says: cooking or cutting an ingredient the wrong way, burning it, "
-            "or eating a needed ingredient loses the game.",
-            "Doors between rooms may be closed: open them to pass.",
-        ],
-    ),
-    "coin_collector": (
-        "You are in a chain of rooms, some with dead ends branching off, and must find the coin and "
-        "pick it up.",
-        [
-            "Type goal to see what is asked.",
-            "The rooms are connected by exits north, south, east and west; a dead end means you should "
-            "go back and try another exit.",
-            "Remember which exits you have already tried, so you do not walk in circles.",
-            "When you see the coin, take coin.",
-        ],
-    ),
-}
-
-
-def build_instruction(task: str, max_steps: int | None) -> str:
-    """BALROG's instruction content for a TextWorld task, in our own words.
-
-    Like BALROG's prompt it does not state the episode's objective (the agent types ``goal``); unlike
-    BALROG's (which claims 40, 80 and 25 steps) it states the real step limit.
-
-    Args:
-        task: a key of :data:`TEXTWORLD_TASKS`.
-        max_steps: the episode's step limit (stated in the text; ``None``: no limit, not stated).
-
-    Raises:
-        ValueError: unknown task.
-    """
-    if task not in _GAME_TEXT:
-        raise ValueError(f"unknown TextWorld task {task!r}; known tasks: {sorted(_GAME_TEXT)}")
-    intro, tips = _GAME_TEXT[task]
-    commands = _COMMON_COMMANDS + (_COOKING_COMMANDS if task == "the_cooking_game" else [])
-    listing = "\n".join(f"- {name}: {meaning}" for name, meaning in commands)
-    if max_steps is not None:
-        tips = [*tips, f"You have at most {max_steps} commands."]
-    tip_lines = "\n".join(f"- {tip}" for tip in tips)
-    return (
-        "You are playing TextWorld, a text adventure game. Each turn you read what the game says and "
-        f"type one command in plain English.\n\n{intro}\n\n"
-        f"Useful commands:\n{listing}\n\n"
-        f"Tips:\n{tip_lines}\n"
-        "- Use the exact names of things as the game writes them.\n"
-        "- If the game does not understand a command, rephrase it with the verbs above.\n\n"
-        "Think briefly if you want, then end your reply with one line of the form\n"
-        "ACTION: <command>\n"
-        "with exactly one command, e.g. ACTION: go north"
-    )
-
-
-def build_brief_instruction(objective: str) -> str:
-    """A short system prompt: the game's objective and the reply format (for tiny models)."""
-    return (
-        f"Text adventure. {objective.strip()} "
-        "Type one command per turn (look, goal, inventory, go north, open door, take key ...). "
-        "Reply with ACTION: <command>."
-    )
-
-
-INSTRUCTION_STYLES = ("full", "brief")
 
 
 class TextWorldTextEnv(TextEnv):
@@ -317,7 +207,6 @@ class TextWorldTextEnv(TextEnv):
         self._game: Any = None
         self._game_index: int | None = None
         self._objective = ""
-        self._instruction = ""
         self._max_score = 0
         self._score = 0
         self._won = False
@@ -325,23 +214,14 @@ class TextWorldTextEnv(TextEnv):
         self._admissible: list[str] = []
         self._walkthrough: list[str] = []
 
+    #: ``"look"`` (re-describes the room).
+    default_action = DEFAULT_ACTION
+
     # -------------------------------------------------------------- TextEnv properties
     @property
     def valid_actions(self) -> list[str]:
         """TextWorld's admissible commands of the current state (hints; any command is executed)."""
         return self._admissible
-
-    @property
-    def default_action(self) -> str:
-        """``"look"``."""
-        return DEFAULT_ACTION
-
-    @property
-    def instruction(self) -> str:
-        """System prompt of the current episode. RuntimeError before the first reset."""
-        if self._game_index is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        return self._instruction
 
     @property
     def progression(self) -> float:
@@ -360,9 +240,7 @@ class TextWorldTextEnv(TextEnv):
     @property
     def game_index(self) -> int:
         """Index of the game of the current episode in the pool. RuntimeError before reset."""
-        if self._game_index is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        return self._game_index
+        return require_episode(self._game_index)
 
     @property
     def objective(self) -> str:
@@ -490,11 +368,10 @@ def make_textworld(
     Raises:
         ValueError: unknown task (the message lists the known ones), or bad arguments.
     """
-    if task not in TEXTWORLD_TASKS:
-        raise ValueError(f"unknown TextWorld task {task!r}; known tasks: {sorted(TEXTWORLD_TASKS)}")
+    default_steps = task_entry(TEXTWORLD_TASKS, task, "TextWorld")
     return TextWorldTextEnv(
         task,
-        max_steps=TEXTWORLD_TASKS[task] if max_steps is None else max_steps,
+        max_steps=default_steps if max_steps is None else max_steps,
         format_penalty=format_penalty,
         instruction_style=instruction_style,
         num_games=num_games,

@@ -17,7 +17,7 @@ re-created from its seed and replies (:func:`~verlog.envs.replay.restore_env_sta
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
@@ -221,11 +221,7 @@ def final_observations(infos: dict[str, Any], num_envs: int | None = None) -> li
     Returns:
         A list of N entries.
     """
-    n = _num_envs(infos, num_envs)
-    if _FINAL_OBS not in infos:
-        return [None] * n
-    mask = infos[f"_{_FINAL_OBS}"]
-    return [infos[_FINAL_OBS][i] if mask[i] else None for i in range(n)]
+    return _final_entries(infos, _FINAL_OBS, num_envs, lambda observations, n: observations)
 
 
 def final_infos(infos: dict[str, Any], num_envs: int | None = None) -> list[dict[str, Any] | None]:
@@ -238,9 +234,17 @@ def final_infos(infos: dict[str, Any], num_envs: int | None = None) -> list[dict
     Returns:
         A list of N entries.
     """
+    return _final_entries(infos, _FINAL_INFO, num_envs, lambda final, n: _split(final, n, skip=()))
+
+
+def _final_entries(
+    infos: dict[str, Any], key: str, num_envs: int | None, per_env: Callable[[Any, int], Sequence[Any]]
+) -> list[Any]:
+    """Entry ``i`` of ``per_env(infos[key], N)`` for each env ``i`` whose episode ended on this step
+    (``infos["_" + key]`` is set), else ``None``; all ``None`` when ``key`` is absent."""
     n = _num_envs(infos, num_envs)
-    if _FINAL_INFO not in infos:
+    if key not in infos:
         return [None] * n
-    mask = infos[f"_{_FINAL_INFO}"]
-    per_env = _split(infos[_FINAL_INFO], n, skip=())
-    return [per_env[i] if mask[i] else None for i in range(n)]
+    mask = infos[f"_{key}"]
+    values = per_env(infos[key], n)
+    return [values[i] if mask[i] else None for i in range(n)]

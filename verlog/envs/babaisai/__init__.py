@@ -1,9 +1,9 @@
 """Baba Is AI: our own implementation of the game BALROG uses (``nacloos/baba-is-ai``), as text envs.
 
 Baba Is AI is not on PyPI, so the game is written here in pure Python (numpy only for the seeded
-level RNG): :mod:`.rules` is the rule engine, :mod:`.levels` the generators of BALROG's 40 levels,
-:mod:`.env` the :class:`~verlog.envs.base.TextEnv` in BALROG's text conventions and :mod:`.solver` a
-breadth-first solver. Importing this package registers ``babaisai/<level>`` for every level of
+level RNG): :mod:`.items` the item codes, :mod:`.rules` the rule engine, :mod:`.levels` the generators
+of BALROG's 40 levels, :mod:`.env` the :class:`~verlog.envs.base.TextEnv` in BALROG's text conventions
+and :mod:`.solver` a breadth-first solver. Importing this package registers ``babaisai/<level>`` for every level of
 :data:`BABAISAI_LEVELS` (BALROG's ``config.yaml`` task list without its ``env/`` prefix), e.g.
 ``babaisai/goto_win`` and ``babaisai/two_room-break_stop-make_win-distr_obj``.
 """

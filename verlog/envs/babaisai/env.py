@@ -41,8 +41,11 @@ from itertools import compress
 from typing import Any
 
 from verlog.envs.babaisai.levels import BABAISAI_LEVELS, generate_level
-from verlog.envs.babaisai.rules import ACTIONS, LOSE, WIN, BabaGame, item_name
-from verlog.envs.base import TextEnv
+from verlog.envs.babaisai.items import item_name
+from verlog.envs.babaisai.rules import ACTIONS, LOSE, WIN, BabaGame
+from verlog.envs.base import TextEnv, require_episode
+from verlog.envs.options import instruction_builder
+from verlog.envs.wording import steps
 
 __all__ = [
     "BABAISAI_MAX_STEPS",
@@ -75,10 +78,6 @@ _LINES: dict[tuple[int, int, int], str] = {}
 _COORDS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
 
 
-def _steps(n: int) -> str:
-    return f"{n} step" if n == 1 else f"{n} steps"
-
-
 def offset_text(dx: int, dy: int) -> str:
     """BALROG-style offset of a cell from the player: ``dx`` columns right, ``dy`` rows down.
 
@@ -89,9 +88,9 @@ def offset_text(dx: int, dy: int) -> str:
     if text is None:
         parts = []
         if dx:
-            parts.append(f"{_steps(abs(dx))} to the {'right' if dx > 0 else 'left'}")
+            parts.append(f"{steps(abs(dx))} to the {'right' if dx > 0 else 'left'}")
         if dy:
-            parts.append(f"{_steps(abs(dy))} {'down' if dy > 0 else 'up'}")
+            parts.append(f"{steps(abs(dy))} {'down' if dy > 0 else 'up'}")
         text = " and ".join(parts) if parts else "at your position"
         _OFFSETS[(dx, dy)] = text
     return text
@@ -244,33 +243,20 @@ class BabaIsAITextEnv(TextEnv):
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
         if level not in BABAISAI_LEVELS:
             raise ValueError(f"unknown Baba Is AI level {level!r}; levels are {list(BABAISAI_LEVELS)}")
-        if instruction_style not in INSTRUCTION_STYLES:
-            raise ValueError(
-                f"instruction_style must be one of {sorted(INSTRUCTION_STYLES)}, got {instruction_style!r}"
-            )
+        build_prompt = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         self.level = level
-        self._instruction = INSTRUCTION_STYLES[instruction_style]()
+        self._instruction = build_prompt()  # the same for every level and episode
         self.game: BabaGame | None = None
         self.target_plan = ""
         self._outcome = ""
         self._anchor: tuple[int, int] | None = None
 
+    #: ``("idle", "up", "right", "down", "left")`` (BALROG's order).
+    fixed_actions = ACTIONS
+    #: ``"idle"`` (BALROG's default for Baba Is AI).
+    default_action = DEFAULT_ACTION
+
     # -------------------------------------------------------------- TextEnv properties
-    @property
-    def valid_actions(self) -> list[str]:
-        """``["idle", "up", "right", "down", "left"]`` (BALROG's order)."""
-        return list(ACTIONS)
-
-    @property
-    def default_action(self) -> str:
-        """``"idle"`` (BALROG's default for Baba Is AI)."""
-        return DEFAULT_ACTION
-
-    @property
-    def instruction(self) -> str:
-        """The system prompt (the same for every level and episode)."""
-        return self._instruction
-
     @property
     def progression(self) -> float:
         """1.0 once the episode is won, else 0.0."""
@@ -279,18 +265,15 @@ class BabaIsAITextEnv(TextEnv):
     @property
     def state_key(self) -> bytes:
         """The exact game state (the board as bytes; rules follow from it). RuntimeError before reset."""
-        if self.game is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        return self.game.state_key
+        return require_episode(self.game).state_key
 
     def describe(self) -> str:
         """The text observation of the current state (no notice line)."""
-        if self.game is None:
-            raise RuntimeError("no episode yet: call reset() first")
-        player = self.game.player()
+        game = require_episode(self.game)
+        player = game.player()
         if player is not None:
             self._anchor = player[:2]
-        return describe_game(self.game, self._anchor)
+        return describe_game(game, self._anchor)
 
     def _extra_info(self) -> dict[str, Any]:
         return {"target_plan": self.target_plan, "outcome": self._outcome}

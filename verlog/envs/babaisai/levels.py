@@ -43,7 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verlog.envs.babaisai.rules import BabaGame, IS, item_code, noun_code, property_code
+from verlog.envs.babaisai.items import IS, item_code, noun_code, property_code
+from verlog.envs.babaisai.rules import BabaGame
 
 __all__ = ["BABAISAI_LEVELS", "LEVEL_SPECS", "LevelSpec", "generate_level"]
 

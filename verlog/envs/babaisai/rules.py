@@ -26,9 +26,7 @@ against the rules *before* the move and only against the top item of the destina
 pushed-but-blocked PUSH *object* be walked over, never ends the game when nothing is YOU (BALROG's
 wrapper then silently resets the level), and implements ``X is Y`` by stacking a new Y on every X.
 
-Item codes (``int`` < 256, so a board packs into bytes): ``kind | (colour << 5)`` where kind is
-1-5 for the objects of :data:`OBJECT_NAMES`, ``NOUN_OFFSET + k`` for the noun blocks, :data:`IS` for
-``is`` and ``PROPERTY_OFFSET + p`` for the properties of :data:`PROPERTY_NAMES`.
+Items are ints (:mod:`verlog.envs.babaisai.items`).
 """
 
 from __future__ import annotations
@@ -36,147 +34,50 @@ from __future__ import annotations
 import numbers
 from typing import Sequence
 
+from verlog.envs.babaisai.items import (
+    DEFEAT,
+    IS,
+    KIND_MASK,
+    NOUN_OFFSET,
+    OBJECT_NAMES,
+    PROPERTY_BITS,
+    PROPERTY_OFFSET,
+    PUSH,
+    STOP,
+    WIN_PROP,
+    YOU,
+    check_code,
+    is_noun,
+    is_property,
+    is_text,
+    item_code,
+    item_name,
+    item_token,
+    parse_token,
+    text_word,
+)
+
 __all__ = [
     "ACTIONS",
-    "COLOR_NAMES",
-    "OBJECT_NAMES",
-    "PROPERTY_NAMES",
-    "IS",
+    "DIRECTIONS",
     "LOSE",
     "ONGOING",
     "WIN",
-    "YOU",
-    "WIN_PROP",
-    "STOP",
-    "PUSH",
-    "DEFEAT",
-    "DIRECTIONS",
-    "NOUN_OFFSET",
-    "PROPERTY_OFFSET",
-    "DEFAULT_COLORS",
     "BabaGame",
-    "item_code",
-    "item_name",
-    "item_kind",
-    "noun_code",
-    "property_code",
     "parse_board",
 ]
 
-#: Object kinds, in code order (kind = index + 1).
-OBJECT_NAMES: tuple[str, ...] = ("baba", "key", "ball", "door", "wall")
-#: Properties, in code order (bit = 1 << index).
-PROPERTY_NAMES: tuple[str, ...] = ("you", "win", "stop", "push", "defeat")
-#: Colours (index 0 = none, used by text blocks).
-COLOR_NAMES: tuple[str, ...] = ("none", "red", "green", "blue", "white", "grey")
-#: Default colour of each object kind (hand-made boards, transformations).
-DEFAULT_COLORS: dict[str, str] = {"baba": "white", "key": "blue", "ball": "green", "door": "red", "wall": "grey"}
 #: The actions, in BALROG's order (its index is the engine action).
 ACTIONS: tuple[str, ...] = ("idle", "up", "right", "down", "left")
 #: (dx, dy) of each engine action.
 DIRECTIONS: tuple[tuple[int, int], ...] = ((0, 0), (0, -1), (1, 0), (0, 1), (-1, 0))
 
-NOUN_OFFSET = 8
-IS = 14
-PROPERTY_OFFSET = 16
-_KIND_MASK = 31
-_COLOR_SHIFT = 5
-
-# Property bits.
-YOU, WIN_PROP, STOP, PUSH, DEFEAT = 1, 2, 4, 8, 16
-_PROPERTY_BITS = {name: 1 << i for i, name in enumerate(PROPERTY_NAMES)}
-
 # Outcomes of BabaGame.step.
 ONGOING, WIN, LOSE = 0, 1, -1
 
-_OBJECT_KIND = {name: i + 1 for i, name in enumerate(OBJECT_NAMES)}
-_COLOR_INDEX = {name: i for i, name in enumerate(COLOR_NAMES)}
-
-
-def item_code(name: str, color: str | None = None) -> int:
-    """The code of the object ``name`` (``"key"``) in ``color`` (default: the kind's default colour).
-
-    Raises:
-        ValueError: unknown object name or colour.
-    """
-    if name not in _OBJECT_KIND:
-        raise ValueError(f"unknown object {name!r}; objects are {OBJECT_NAMES}")
-    color = DEFAULT_COLORS[name] if color is None else color
-    if color not in _COLOR_INDEX or color == "none":
-        raise ValueError(f"unknown colour {color!r}; colours are {COLOR_NAMES[1:]}")
-    return _OBJECT_KIND[name] | (_COLOR_INDEX[color] << _COLOR_SHIFT)
-
-
-def noun_code(name: str) -> int:
-    """The code of the noun text block ``name`` (``"key"``). Raises ValueError for an unknown name."""
-    if name not in _OBJECT_KIND:
-        raise ValueError(f"unknown noun {name!r}; nouns are {OBJECT_NAMES}")
-    return NOUN_OFFSET + _OBJECT_KIND[name]
-
-
-def property_code(name: str) -> int:
-    """The code of the property text block ``name`` (``"win"``). Raises ValueError for an unknown one."""
-    if name not in _PROPERTY_BITS:
-        raise ValueError(f"unknown property {name!r}; properties are {PROPERTY_NAMES}")
-    return PROPERTY_OFFSET + PROPERTY_NAMES.index(name)
-
-
-def item_kind(code: int) -> int:
-    """The kind part of an item code (colour stripped)."""
-    return code & _KIND_MASK
-
-
-def _word(kind: int) -> str:
-    """The word of a text-block kind (``"key"``, ``"is"``, ``"win"``)."""
-    if kind == IS:
-        return "is"
-    if NOUN_OFFSET < kind <= NOUN_OFFSET + len(OBJECT_NAMES):
-        return OBJECT_NAMES[kind - NOUN_OFFSET - 1]
-    if PROPERTY_OFFSET <= kind < PROPERTY_OFFSET + len(PROPERTY_NAMES):
-        return PROPERTY_NAMES[kind - PROPERTY_OFFSET]
-    raise ValueError(f"kind {kind} is not a text block")
-
-
-def item_name(code: int) -> str:
-    """How an item is named in observations: ``"key"`` for an object, ``"rule `key`"`` for a block.
-
-    Colours are not named (BALROG's text does not name them either; no rule refers to a colour).
-
-    Raises:
-        ValueError: an invalid code.
-    """
-    kind = code & _KIND_MASK
-    if 1 <= kind <= len(OBJECT_NAMES):
-        return OBJECT_NAMES[kind - 1]
-    return f"rule `{_word(kind)}`"
-
-
-def _check_code(code: int) -> int:
-    """``code`` if it is a valid item code (an object with a colour, or a colourless text block)."""
-    if isinstance(code, bool) or not isinstance(code, int):
-        raise TypeError(f"an item code must be an int, got {type(code).__name__}")
-    kind, color = code & _KIND_MASK, code >> _COLOR_SHIFT
-    is_object = 1 <= kind <= len(OBJECT_NAMES)
-    if code < 0 or (is_object and not 1 <= color < len(COLOR_NAMES)) or (not is_object and color):
-        raise ValueError(f"invalid item code {code}")
-    item_name(code)  # raises ValueError for kinds that are neither objects nor text blocks
-    return code
-
-
-def _is_noun(kind: int) -> bool:
-    return NOUN_OFFSET < kind <= NOUN_OFFSET + len(OBJECT_NAMES)
-
-
-def _is_property(kind: int) -> bool:
-    return PROPERTY_OFFSET <= kind < PROPERTY_OFFSET + len(PROPERTY_NAMES)
-
-
-def _is_text(kind: int) -> bool:
-    return kind > NOUN_OFFSET
-
 
 # Base properties per kind: every text block is PUSH, objects have none until a rule says so.
-_BASE_PROPS: tuple[int, ...] = tuple(PUSH if _is_text(k) else 0 for k in range(_KIND_MASK + 1))
+_BASE_PROPS: tuple[int, ...] = tuple(PUSH if is_text(k) else 0 for k in range(KIND_MASK + 1))
 
 
 class BabaGame:
@@ -215,7 +116,7 @@ class BabaGame:
         else:
             if len(cells) != width * height:
                 raise ValueError(f"expected {width * height} cells, got {len(cells)}")
-            self.cells = [tuple(sorted(_check_code(c) for c in cell)) for cell in cells]
+            self.cells = [tuple(sorted(check_code(c) for c in cell)) for cell in cells]
             for idx, cell in enumerate(self.cells):
                 if cell and self.solid[idx]:
                     raise ValueError(f"cell {(idx % width, idx // width)} is on the edge of the map and must be empty")
@@ -243,7 +144,7 @@ class BabaGame:
         idx = self._index(x, y)
         if self.solid[idx]:
             raise ValueError(f"cell {(x, y)} is on the solid edge of the map")
-        _check_code(code)
+        check_code(code)
         self.cells[idx] = tuple(sorted(self.cells[idx] + (code,)))
         self._key = self._yous = None
 
@@ -285,18 +186,18 @@ class BabaGame:
             if not cell:
                 continue
             for code in cell:
-                if code & _KIND_MASK != IS:
+                if code & KIND_MASK != IS:
                     continue
                 for before, after in ((idx - 1, idx + 1), (idx - width, idx + width)):
                     if before < 0 or after >= len(cells):
                         continue
                     for left in cells[before]:
-                        lk = left & _KIND_MASK
-                        if not _is_noun(lk):
+                        lk = left & KIND_MASK
+                        if not is_noun(lk):
                             continue
                         for right in cells[after]:
-                            rk = right & _KIND_MASK
-                            if _is_property(rk) or _is_noun(rk):
+                            rk = right & KIND_MASK
+                            if is_property(rk) or is_noun(rk):
                                 if (lk, rk) not in found:
                                     found.append((lk, rk))
         props = list(_BASE_PROPS)
@@ -304,29 +205,29 @@ class BabaGame:
         identities = {lk for lk, rk in found if lk == rk}
         for lk, rk in found:
             kind = lk - NOUN_OFFSET
-            if _is_property(rk):
+            if is_property(rk):
                 props[kind] |= 1 << (rk - PROPERTY_OFFSET)
             elif lk != rk and kind not in transforms and lk not in identities:
                 transforms[kind] = rk - NOUN_OFFSET
         self._props = props
         self._transforms = transforms
-        self.rules = tuple((_word(lk), _word(rk)) for lk, rk in found)
+        self.rules = tuple((text_word(lk), text_word(rk)) for lk, rk in found)
 
     def _apply_transforms(self) -> None:
         transforms, cells = self._transforms, self.cells
         for idx, cell in enumerate(cells):
-            if cell and any((c & _KIND_MASK) in transforms for c in cell):
+            if cell and any((c & KIND_MASK) in transforms for c in cell):
                 cells[idx] = tuple(
                     sorted(
-                        item_code(OBJECT_NAMES[transforms[c & _KIND_MASK] - 1]) if (c & _KIND_MASK) in transforms else c
+                        item_code(OBJECT_NAMES[transforms[c & KIND_MASK] - 1]) if (c & KIND_MASK) in transforms else c
                         for c in cell
                     )
                 )
 
     def properties(self, code: int) -> frozenset[str]:
         """The properties item ``code`` has under the current rules (text blocks: ``{"push"}``)."""
-        bits = self._props[code & _KIND_MASK]
-        return frozenset(name for name, bit in _PROPERTY_BITS.items() if bits & bit)
+        bits = self._props[code & KIND_MASK]
+        return frozenset(name for name, bit in PROPERTY_BITS.items() if bits & bit)
 
     # ------------------------------------------------------------------ queries
     def _you_cells(self) -> list[tuple[int, int]]:
@@ -338,7 +239,7 @@ class BabaGame:
                 for idx, cell in enumerate(self.cells)
                 if cell
                 for code in cell
-                if props[code & _KIND_MASK] & YOU
+                if props[code & KIND_MASK] & YOU
             ]
         return self._yous
 
@@ -365,7 +266,7 @@ class BabaGame:
                 continue
             bits = 0
             for code in cell:
-                bits |= props[code & _KIND_MASK]
+                bits |= props[code & KIND_MASK]
             if bits & YOU:
                 alive = True
                 if bits & WIN_PROP:
@@ -435,7 +336,7 @@ class BabaGame:
                 return False
             pushed = False
             for c in cells[j]:
-                bits = props[c & _KIND_MASK]
+                bits = props[c & KIND_MASK]
                 if bits & PUSH:
                     pushed = True
                 elif bits & STOP:
@@ -446,11 +347,11 @@ class BabaGame:
             j += delta
         text_moved = False
         for j in reversed(chain):
-            moving = tuple(c for c in cells[j] if props[c & _KIND_MASK] & PUSH)
-            cells[j] = tuple(c for c in cells[j] if not props[c & _KIND_MASK] & PUSH)
+            moving = tuple(c for c in cells[j] if props[c & KIND_MASK] & PUSH)
+            cells[j] = tuple(c for c in cells[j] if not props[c & KIND_MASK] & PUSH)
             cells[j + delta] = tuple(sorted(cells[j + delta] + moving))
             if not text_moved:
-                text_moved = any((c & _KIND_MASK) > NOUN_OFFSET for c in moving)
+                text_moved = any((c & KIND_MASK) > NOUN_OFFSET for c in moving)
         src = list(cells[idx])
         src.remove(code)
         cells[idx] = tuple(src)
@@ -467,14 +368,14 @@ class BabaGame:
                 continue
             bits = 0
             for code in cell:
-                bits |= props[code & _KIND_MASK]
+                bits |= props[code & KIND_MASK]
             if not bits & YOU:
                 continue
             if bits & DEFEAT:
-                cells[idx] = tuple(c for c in cell if not props[c & _KIND_MASK] & YOU)
+                cells[idx] = tuple(c for c in cell if not props[c & KIND_MASK] & YOU)
                 self._key = None
                 continue
-            yous.extend((idx, code) for code in cell if props[code & _KIND_MASK] & YOU)
+            yous.extend((idx, code) for code in cell if props[code & KIND_MASK] & YOU)
             if bits & WIN_PROP:
                 won = True
         self._yous = yous
@@ -490,36 +391,12 @@ class BabaGame:
             tokens = []
             for x in range(1, self.width - 1):
                 cell = self.cells[y * self.width + x]
-                tokens.append("+".join(_token(c) for c in cell) if cell else ".")
+                tokens.append("+".join(item_token(c) for c in cell) if cell else ".")
             rows.append(" ".join(tokens))
         return "\n".join(rows)
 
     def __repr__(self) -> str:
         return f"BabaGame({self.width}x{self.height}, rules={list(self.rules)})"
-
-
-def _token(code: int) -> str:
-    kind = code & _KIND_MASK
-    if 1 <= kind <= len(OBJECT_NAMES):
-        name = OBJECT_NAMES[kind - 1]
-        color = COLOR_NAMES[code >> _COLOR_SHIFT]
-        return name if color == DEFAULT_COLORS[name] else f"{name}/{color}"
-    return _word(kind).upper()
-
-
-def _parse_token(token: str) -> int:
-    if token.isupper():
-        word = token.lower()
-        if word == "is":
-            return IS
-        if word in _OBJECT_KIND:
-            return noun_code(word)
-        if word in _PROPERTY_BITS:
-            return property_code(word)
-        words = ", ".join(n.upper() for n in OBJECT_NAMES + PROPERTY_NAMES)
-        raise ValueError(f"unknown text block {token!r}; blocks are IS, {words}")
-    name, _, color = token.partition("/")
-    return item_code(name, color or None)
 
 
 def parse_board(text: str) -> BabaGame:
@@ -551,7 +428,7 @@ def parse_board(text: str) -> BabaGame:
             if token == ".":
                 continue
             for part in token.split("+"):
-                game.add(x, y, _parse_token(part))
+                game.add(x, y, parse_token(part))
     game.refresh()
     return game
 

@@ -20,21 +20,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from verlog.envs.babaisai.rules import (
-    ACTIONS,
-    DEFEAT,
-    DIRECTIONS,
-    IS,
-    LOSE,
-    NOUN_OFFSET,
-    PROPERTY_OFFSET,
-    PUSH,
-    STOP,
-    WIN,
-    WIN_PROP,
-    YOU,
-    BabaGame,
-)
+from verlog.envs.babaisai.items import DEFEAT, IS, NOUN_OFFSET, PROPERTY_OFFSET, PUSH, STOP, WIN_PROP, YOU
+from verlog.envs.babaisai.rules import ACTIONS, DIRECTIONS, LOSE, WIN, BabaGame
 
 __all__ = ["heuristic", "solve"]
 
