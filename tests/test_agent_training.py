@@ -15,7 +15,7 @@ import torch
 from verlog.agent import AgentLimits, ToolAgentLoop
 from verlog.agent.calculator import (answer_text, calculator_corpus, calculator_tools, make_questions,
                                      tool_call_text, warmup_scripts)
-from verlog.agent.collect import ProxyCollector, ToolLoopCollector, load_agent_fn
+from verlog.rollout.conversations import ProxyCollector, ToolLoopCollector, load_agent_fn
 from verlog.agent.scripted import ScriptedEngine, scripted_examples
 from verlog.agent.tasks import make_agent_task
 from verlog.config import ConfigError, load_recipe
@@ -131,7 +131,7 @@ def test_tool_loop_collector_batches_whole_conversations(tok, group_size):
     assert collector.round_items() == items
     collector.load_state_dict(state)
     records = collector.evaluate(make_questions(6, 9, 20), greedy=True, seed=0)
-    assert [r["success"] for r in records] == [not engine.wrong(q.expression) for q in make_questions(6, 9, 20)]
+    assert [r.success for r in records] == [not engine.wrong(q.expression) for q in make_questions(6, 9, 20)]
 
 
 def agent_failing_after_one_call(item, *, base_url, reward_url, temperature, max_tokens):

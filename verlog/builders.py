@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from verlog.agent.collect import ProxyCollector, ToolLoopCollector, load_agent_fn
 from verlog.agent.loop import AgentLimits, ToolAgentLoop
 from verlog.agent.scripted import scripted_examples
 from verlog.agent.tasks import AgentTask, make_agent_task
@@ -15,6 +14,7 @@ from verlog.config import MemoryConfig, RolloutConfig, TrainConfig
 from verlog.evaluate import EvalResult, evaluate
 from verlog.memory import WindowMemory
 from verlog.models import build_tiny_model
+from verlog.rollout.conversations import ProxyCollector, ToolLoopCollector, load_agent_fn
 from verlog.rollout.engine import RolloutEngine, SamplingParams
 from verlog.warmup import WarmupExample, env_corpus
 

@@ -414,7 +414,7 @@ def _validate_agent(cfg: TrainConfig) -> None:
         raise ConfigError("algo.algorithm: gigpo groups turns by exact environment state, which tool conversations "
                           "do not report; use grpo or another algorithm")
     if agent.loop == "proxy":
-        from verlog.agent.collect import load_agent_fn
+        from verlog.rollout.conversations import load_agent_fn
 
         try:
             load_agent_fn(agent.agent)

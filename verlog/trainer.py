@@ -4,7 +4,7 @@ One iteration (DESIGN.md "One PPO iteration, as data"):
 
 1. the fixed-turn collector gathers a :class:`~verlog.batch.TurnBatch` with the rollout engine
    (critic-free algorithms: grouped whole episodes; ``agent.loop`` tools/proxy: whole tool
-   conversations, :mod:`verlog.agent.collect`);
+   conversations, :mod:`verlog.rollout.conversations`);
 2. scoring: old logprobs (actor), reference logprobs (only when ``ppo.kl_coef > 0``), values V_k
    and the bootstrap values (critic);
 3. token rewards (environment reward on the last response token, optional KL penalty) and
@@ -39,7 +39,6 @@ from verlog.batch import TurnBatch
 from verlog.config import ConfigError, TrainConfig, save_config, to_dict
 from verlog.envs.registry import make_env
 from verlog.envs.vector import make_vector_env
-from verlog.agent.collect import ProxyCollector, ToolLoopCollector
 from verlog.builders import (agent_warmup_examples, build_tiny_for, decoder, evaluate_agent, evaluate_config,
                              make_agent_collector, memory_factory, sampling_params, task_label, tiny_model_dir,
                              uses_agent)
@@ -49,8 +48,10 @@ from verlog.lora import add_lora, merged_named_parameters
 from verlog.microbatch import MicroBatches, by_row_count, by_token_budget
 from verlog.resume import StopSignals, load_rng_states, save_rng_states, truncate_metrics
 from verlog.models import load_actor, load_critic, load_tokenizer
-from verlog.rollout.collector import CollectStats, FixedTurnCollector
+from verlog.rollout.collector import FixedTurnCollector
+from verlog.rollout.conversations import ProxyCollector, ToolLoopCollector
 from verlog.rollout.episodes import EpisodeCollector
+from verlog.rollout.records import CollectStats
 from verlog.scoring import Rows, batched, critic_outputs, pack_prompts, pack_rows, policy_outputs
 from verlog.warmup import collect_prompts, format_warmup
 
@@ -602,7 +603,7 @@ class Trainer:
         """Load the actor's current weights into the rollout engine."""
         named = merged_named_parameters(self.actor.module) if self.lora else D.gathered_named_parameters(self.actor.module)
         if isinstance(getattr(self, "collector", None), ProxyCollector):  # requests wait while the weights change
-            with self.collector.paused():
+            with self.collector.weights_changing():
                 self.engine.load_weights(named)
         else:
             self.engine.load_weights(named)

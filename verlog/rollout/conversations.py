@@ -11,6 +11,12 @@ of each is terminated and no turn needs a bootstrap value.
 Conversations run concurrently and their generate calls are batched by one
 :class:`~verlog.proxy.worker.GenerationWorker`; which calls share a batch depends on tool and
 thread timing, so sampled runs are not bit-reproducible (greedy ones are).
+
+These collectors do not use the turn-by-turn runner of :mod:`verlog.rollout.runner`: a conversation
+is run as a whole (by :class:`~verlog.agent.loop.ToolAgentLoop` or by an outside agent through the
+proxy), with no env step or memory for a runner to drive. They produce the same
+:class:`~verlog.rollout.records.EpisodeRecord` s and implement the trainer's
+:class:`~verlog.rollout.engine.Collector` protocol.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ import importlib
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from verlog.agent.loop import AgentLimits, ToolAgentLoop
 from verlog.agent.samples import TurnSample, samples_batch_inputs, turn_samples
@@ -30,8 +37,8 @@ from verlog.batch import TurnBatch
 from verlog.proxy import OpenAIProxy, ProxyServer
 from verlog.proxy.adapter import rollout_samples
 from verlog.proxy.worker import BatchingEngine, GenerationWorker
-from verlog.rollout.collector import CollectStats, EpisodeRecord
 from verlog.rollout.engine import SamplingParams
+from verlog.rollout.records import CollectStats, EpisodeRecord
 
 __all__ = ["AgentEpisode", "ToolLoopCollector", "ProxyCollector", "load_agent_fn"]
 
@@ -60,6 +67,19 @@ class _AgentCollector:
 
     def close(self) -> None:
         """Release what the collector holds (nothing by default)."""
+
+    def weights_changing(self) -> ContextManager[None]:
+        """Nothing to hold while the trainer loads new weights (by default)."""
+        return nullcontext()
+
+    def _record(self, n: int, episode_id: int, episode: AgentEpisode) -> EpisodeRecord:
+        """The record of conversation ``n``: success = the task's success reward reached."""
+        samples, reward, failure = episode
+        success = reward >= self.task.success_reward
+        return EpisodeRecord(episode_id=episode_id, env_index=n, episode_return=reward, length=len(samples),
+                             success=success, progression=float(success),
+                             invalid_actions=sum(not s.action_valid for s in samples), truncated=False,
+                             task=self.task.name, failure=failure)
 
     def round_items(self) -> list[Any]:
         """The items of the current round: ``num_envs / group_size`` fresh items, each repeated
@@ -94,32 +114,24 @@ class _AgentCollector:
         batch = TurnBatch.from_turns(**kwargs, pad_id=self.pad_id, max_response_tokens=self.max_response_tokens,
                                      group_ids=group_ids)
         stats = CollectStats(generate_seconds=seconds)
-        for n, (samples, reward, failure) in enumerate(episodes):
-            invalid = sum(not s.action_valid for s in samples)
+        for n, episode in enumerate(episodes):
+            samples, _, failure = episode
+            record = self._record(n, base + n, episode)
             stats.turns += len(samples)
-            stats.invalid_actions += invalid
+            stats.invalid_actions += record.invalid_actions
             stats.prompt_tokens += [len(s.prompt_ids) for s in samples]
             if failure is not None:
                 stats.env_faults += 1
                 stats.env_fault_messages.append(f"conversation {n}: {failure}")
-            stats.episodes.append(EpisodeRecord(
-                episode_id=base + n, env_index=n, episode_return=reward, length=len(samples),
-                success=reward >= self.task.success_reward, progression=float(reward >= self.task.success_reward),
-                invalid_actions=invalid, truncated=False))
+            stats.episodes.append(record)
         return batch, stats
 
-    def evaluate(self, items: list[Any], *, greedy: bool, seed: int) -> list[dict[str, Any]]:
-        """Per-episode records (``success``, ``progression``, ``return``, ``length``, ``invalid``) of one
-        conversation per item, for :meth:`verlog.evaluate.EvalResult.from_records`; sampled decoding
-        is seeded with ``seed``."""
+    def evaluate(self, items: list[Any], *, greedy: bool, seed: int) -> list[EpisodeRecord]:
+        """The records of one conversation per item (``episode_id`` = the item's index, ``failure`` set
+        when the conversation failed), for :meth:`verlog.evaluate.EvalResult.from_records`; sampled
+        decoding is seeded with ``seed``."""
         sampling = replace(self.sampling, greedy=greedy, seed=seed)
-        records = []
-        for i, (samples, reward, failure) in enumerate(self.run(items, sampling)):
-            success = reward >= self.task.success_reward
-            records.append({"episode": i, "success": success, "progression": float(success), "return": reward,
-                            "length": len(samples), "invalid": sum(not s.action_valid for s in samples),
-                            "failure": failure})
-        return records
+        return [self._record(i, i, episode) for i, episode in enumerate(self.run(items, sampling))]
 
 
 class ToolLoopCollector(_AgentCollector):
@@ -215,8 +227,8 @@ class ProxyCollector(_AgentCollector):
     def close(self) -> None:
         self.server.stop()
 
-    def paused(self):
-        """Context manager: hold new requests and drain in-flight ones (around a weight sync)."""
+    def weights_changing(self) -> ContextManager[None]:
+        """Hold new requests and drain in-flight ones while the trainer loads new weights."""
         return self.server.paused()
 
     def run(self, items: list[Any], sampling: SamplingParams) -> list[AgentEpisode]:
