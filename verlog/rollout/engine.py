@@ -2,6 +2,8 @@
 
 An engine turns prompt token ids into response token ids. The ids it returns are
 the exact ids that get trained: nothing downstream decodes and re-encodes them.
+
+:class:`Collector` is the protocol of what turns engine generations into training batches.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class Collector(Protocol):
     :class:`~verlog.rollout.conversations.ProxyCollector`.
     """
 
-    def collect(self) -> tuple["TurnBatch", "CollectStats"]:
+    def collect(self) -> tuple[TurnBatch, CollectStats]:
         """One batch of turns and what happened while collecting it."""
         ...
 

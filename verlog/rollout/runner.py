@@ -71,7 +71,7 @@ class Step:
             slot when this one ended (same-step autoreset); ``None`` otherwise.
     """
 
-    observation: Any
+    observation: str
     reward: float
     terminated: bool
     truncated: bool
