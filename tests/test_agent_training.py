@@ -15,13 +15,16 @@ import torch
 from verlog.agent import AgentLimits, ToolAgentLoop
 from verlog.agent.calculator import (answer_text, calculator_corpus, calculator_tools, make_questions,
                                      tool_call_text, warmup_scripts)
-from verlog.agent.collect import ProxyCollector, ToolLoopCollector, load_agent_fn
+from verlog.agent.loading import load_agent_fn
 from verlog.agent.scripted import ScriptedEngine, scripted_examples
 from verlog.agent.tasks import make_agent_task
 from verlog.config import ConfigError, load_recipe
 from verlog.logging import read_metrics
-from verlog.models import build_tiny_model, load_tokenizer
-from verlog.rollout.engine import Generation, SamplingParams
+from verlog.models import load_tokenizer
+from verlog.preflight import check_buildable
+from verlog.rollout.conversations import ProxyCollector, ToolLoopCollector
+from verlog.rollout.engine import Collector, Generation, SamplingParams
+from verlog.tiny_model import build_tiny_model
 from verlog.tools.examples import evaluate_arithmetic
 
 LIMITS = AgentLimits(max_response_tokens=64, max_total_tokens=1024, max_assistant_turns=3)
@@ -131,7 +134,12 @@ def test_tool_loop_collector_batches_whole_conversations(tok, group_size):
     assert collector.round_items() == items
     collector.load_state_dict(state)
     records = collector.evaluate(make_questions(6, 9, 20), greedy=True, seed=0)
-    assert [r["success"] for r in records] == [not engine.wrong(q.expression) for q in make_questions(6, 9, 20)]
+    assert [r.success for r in records] == [not engine.wrong(q.expression) for q in make_questions(6, 9, 20)]
+    assert [r.episode_id for r in records] == list(range(6)) and {r.task for r in records} == {"calculator"}
+    assert all(r.progression == float(r.success) and r.failure is None for r in records)
+    assert isinstance(collector, Collector)
+    with collector.weights_changing():
+        pass
 
 
 def agent_failing_after_one_call(item, *, base_url, reward_url, temperature, max_tokens):
@@ -149,8 +157,12 @@ def test_proxy_collector_records_an_openai_agent(tok, credit):
     collector = ProxyCollector(TASK, engine, tok, agent, max_response_tokens=64, credit=credit, gamma=1.0,
                                num_envs=6, group_size=1, seed=2, pad_id=tok.pad_token_id, sampling=SamplingParams())
     try:
+        assert isinstance(collector, Collector)
         items = collector.round_items()
-        batch, stats = collector.collect()
+        gate = collector.proxy.gate
+        with collector.weights_changing():  # new requests wait, none is in flight
+            assert gate.is_paused and gate.inflight == 0
+        batch, stats = collector.collect()  # the gate opened again after the weights changed
         check_ids_trained_are_ids_generated(batch, engine.generated)
         right = torch.tensor([0.0 if engine.wrong(q.expression) else 1.0 for q in items])
         assert (batch.num_turns, batch.num_envs) == (2, 6)
@@ -165,6 +177,7 @@ def test_proxy_collector_records_an_openai_agent(tok, credit):
         collector.agent_fn = agent_failing_after_one_call
         batch, stats = collector.collect()
         assert stats.env_faults == 6 and all("agent bug" in m for m in stats.env_fault_messages)
+        assert all("agent bug" in e.failure for e in stats.episodes)
         assert batch.rewards.eq(0).all() and [e.length for e in stats.episodes] == [1] * 6
         collector.agent_fn = lambda item, **kw: None  # never calls the proxy
         with pytest.raises(RuntimeError, match="no assistant turn"):
@@ -177,11 +190,11 @@ def test_agent_config_errors_name_the_key():
     with pytest.raises(ConfigError, match="^agent.loop"):
         load_recipe("calculator_tools", ["agent.loop=web"])
     with pytest.raises(ConfigError, match="^agent.task"):
-        load_recipe("calculator_tools", ["agent.task=chess"])
+        check_buildable(load_recipe("calculator_tools", ["agent.task=chess"]))
     with pytest.raises(ConfigError, match="^algo.algorithm: gigpo"):
-        load_recipe("calculator_tools", ["algo.algorithm=gigpo", "algo.group_size=4"])
+        check_buildable(load_recipe("calculator_tools", ["algo.algorithm=gigpo", "algo.group_size=4"]))
     with pytest.raises(ConfigError, match="^agent.agent"):
-        load_recipe("calculator_proxy", ["agent.agent=verlog.nothing:here"])
+        check_buildable(load_recipe("calculator_proxy", ["agent.agent=verlog.nothing:here"]))
     assert load_recipe("calculator_tools", ["env.task=not/registered"]).agent.loop == "tools"
 
 

@@ -1,4 +1,5 @@
-"""Fixed-turn collection: T x N turns, bootstrap prompts, episodes running across batches."""
+"""Fixed-turn collection: T x N turns, bootstrap prompts, episodes running across batches; the
+trainer's Collector protocol."""
 
 import pytest
 import torch
@@ -6,9 +7,11 @@ import torch
 from helpers import COUNT_CORPUS, COUNT_TASK, ScriptedEngine
 from verlog.envs.vector import make_vector_env
 from verlog.memory import WindowMemory
-from verlog.models import build_tiny_model, load_tokenizer
+from verlog.models import load_tokenizer
+from verlog.tiny_model import build_tiny_model
 from verlog.rollout.collector import FixedTurnCollector
-from verlog.rollout.engine import SamplingParams
+from verlog.rollout.engine import Collector, SamplingParams
+from verlog.rollout.episodes import EpisodeCollector
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +127,24 @@ def test_state_dict_round_trip_continues_in_flight_episodes_exactly(tokenizer, m
     finally:
         venv_a.close()
         venv_b.close()
+
+
+@pytest.mark.parametrize("kind", ["fixed_turn", "episodes"])
+def test_env_collectors_satisfy_the_collector_protocol(tokenizer, kind):
+    script = [["ACTION: end", "ACTION: end"]] * 3
+    if kind == "fixed_turn":
+        collector, engine, venv = make_collector(tokenizer, script, turns=2)
+    else:
+        venv = make_vector_env(COUNT_TASK, 2, seed=0, mode="sync", env_kwargs={"max_steps": 4})
+        engine = ScriptedEngine(tokenizer, script)
+        memories = [WindowMemory(tokenizer, history_turns=1, max_prompt_tokens=256) for _ in range(2)]
+        collector = EpisodeCollector(venv, memories, engine, lambda ids: tokenizer.batch_decode(
+            ids, skip_special_tokens=True), SamplingParams(max_tokens=8), tokenizer.pad_token_id, seed=0, group_size=1)
+    assert isinstance(collector, Collector)
+    with collector.weights_changing():  # nothing to hold: collecting still works inside it
+        batch, stats = collector.collect()
+    assert batch.num_envs == 2 and len(stats.episodes) >= 2 and all(e.success for e in stats.episodes)
+    collector.load_state_dict(collector.state_dict())
+    assert not venv.unwrapped.closed
+    collector.close()
+    assert venv.unwrapped.closed

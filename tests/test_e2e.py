@@ -195,7 +195,7 @@ def test_tiny_recipe_trains_on_a_non_babyai_env(tmp_path, task):
 #: The first heavy steps of a run: build or load a model or tokenizer, make an environment, start a
 #: process group or a DeepSpeed engine. A recipe this machine cannot run is refused before any of them.
 HEAVY_STEPS = [
-    ("verlog.models", "build_tiny_model"), ("verlog.models", "load_tokenizer"), ("verlog.models", "load_actor"),
+    ("verlog.tiny_model", "build_tiny_model"), ("verlog.models", "load_tokenizer"), ("verlog.models", "load_actor"),
     ("verlog.models", "load_critic"), ("verlog.envs.registry", "make_env"), ("verlog.envs.vector", "make_vector_env"),
     ("verlog.distributed", "init_distributed"), ("verlog.distributed", "make_engine"),
     ("torch.distributed", "init_process_group"), ("deepspeed", "initialize"),

@@ -7,8 +7,9 @@ import pytest
 from helpers import COUNT_CORPUS, COUNT_TASK, ScriptedEngine
 from verlog.evaluate import evaluate, mean_and_se
 from verlog.memory import WindowMemory
-from verlog.models import build_tiny_model, load_tokenizer
+from verlog.models import load_tokenizer
 from verlog.rollout.engine import SamplingParams
+from verlog.tiny_model import build_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +33,13 @@ def test_each_episode_runs_once_to_its_end(tokenizer):
                       lambda: WindowMemory(tokenizer, history_turns=0), task=COUNT_TASK, episodes=5, seed=10,
                       num_envs=2, sampling=SamplingParams(max_tokens=8, greedy=True), env_kwargs={"max_steps": 3})
     assert result.episodes == 5
-    assert [r["episode"] for r in result.per_episode] == [0, 1, 2, 3, 4]
-    assert [r["seed"] for r in result.per_episode] == [10, 11, 12, 13, 14]
-    assert all(r["length"] in (1, 3) for r in result.per_episode)
-    successes = [r["success"] for r in result.per_episode]
+    assert [r.episode_id for r in result.per_episode] == [0, 1, 2, 3, 4]
+    assert [r.seed for r in result.per_episode] == [10, 11, 12, 13, 14]
+    assert all(r.length in (1, 3) for r in result.per_episode)
+    successes = [r.success for r in result.per_episode]
     assert result.success_mean == pytest.approx(sum(successes) / 5)
     assert 0 < result.success_mean < 1  # slot 0 succeeds in one step, slot 1 always truncates
-    assert all(r["truncated"] != r["success"] for r in result.per_episode)
+    assert all(r.truncated != r.success for r in result.per_episode)
 
 
 def test_rejects_bad_counts(tokenizer):

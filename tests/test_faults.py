@@ -76,9 +76,10 @@ def test_bad_timeout_arguments_are_rejected():
 def test_collector_counts_a_fault_and_bootstraps_from_the_last_good_observation(tmp_path):
     from helpers import COUNT_CORPUS, ScriptedEngine
     from verlog.memory import WindowMemory
-    from verlog.models import build_tiny_model, load_tokenizer
+    from verlog.models import load_tokenizer
     from verlog.rollout.collector import FixedTurnCollector
     from verlog.rollout.engine import SamplingParams
+    from verlog.tiny_model import build_tiny_model
 
     tok = load_tokenizer(build_tiny_model(tmp_path, COUNT_CORPUS, vocab_size=300, hidden_size=64, num_heads=1,
                                           intermediate_size=64))

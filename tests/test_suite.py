@@ -9,14 +9,17 @@ import sys
 import pytest
 
 from helpers import COUNT_TASK
-from verlog.evaluate import EpisodeSpec, RandomPolicy, run_episodes
+from verlog.evaluate import RandomPolicy
+from verlog.rollout.records import EpisodeRecord
+from verlog.rollout.runner import EpisodeSpec, run_episodes
 from verlog.suite import BALROG_SUITE, SuiteEnv, aggregate, episode_specs, read_episodes, run_suite, select_suite
 
 
 def rec(task, episode, progression, success=None, length=4, invalid=0):
-    return {"task": task, "episode": episode, "seed": episode, "return": 0.0, "length": length, "invalid": invalid,
-            "success": progression >= 1 if success is None else success, "progression": progression,
-            "truncated": False}
+    return EpisodeRecord.from_json({
+        "task": task, "episode": episode, "seed": episode, "return": 0.0, "length": length, "invalid": invalid,
+        "success": progression >= 1 if success is None else success, "progression": progression,
+        "truncated": False})
 
 
 def test_aggregate_matches_balrog_by_hand():
@@ -74,20 +77,24 @@ def test_every_suite_task_is_a_registered_env():
 
 def test_random_policy_episodes_do_not_depend_on_batching():
     specs = [EpisodeSpec("babyai/goto", 100 + i, i) for i in range(6)]
-    one = run_episodes(specs, RandomPolicy(3), num_envs=1)
+    one = [r.to_json() for r in run_episodes(specs, RandomPolicy(3), num_envs=1)]
     many = run_episodes(specs, RandomPolicy(3), num_envs=4)
-    assert one == many
-    other = run_episodes(specs, RandomPolicy(4), num_envs=4)
+    assert one == [r.to_json() for r in many]
+    assert sorted({r.env_index for r in many}) == [0, 1, 2, 3]  # the slots differ, the episodes do not
+    other = [r.to_json() for r in run_episodes(specs, RandomPolicy(4), num_envs=4)]
     assert other != one
 
 
 def test_turn_log_is_recorded_on_request():
     specs = [EpisodeSpec(COUNT_TASK, 0, 0)]
     (record,) = run_episodes(specs, RandomPolicy(0), num_envs=1, env_kwargs={"max_steps": 3}, record_turns=True)
-    assert len(record["turns"]) == record["length"]
-    assert record["turns"][0]["observation"] == "count 0"
-    assert all(t["reply"] == f"ACTION: {t['action']}" for t in record["turns"])
-    assert sum(t["reward"] for t in record["turns"]) == pytest.approx(record["return"])
+    assert len(record.turns) == record.length
+    assert record.turns[0]["observation"] == "count 0"
+    assert all(t["reply"] == f"ACTION: {t['action']}" for t in record.turns)
+    assert sum(t["reward"] for t in record.turns) == pytest.approx(record.episode_return)
+    assert record.to_json()["turns"] == record.turns
+    (plain,) = run_episodes(specs, RandomPolicy(0), num_envs=1, env_kwargs={"max_steps": 3})
+    assert plain.turns is None and "turns" not in plain.to_json()
 
 
 class _Crash(RuntimeError):
@@ -122,9 +129,9 @@ def test_interrupted_run_resumes_where_it_stopped(tmp_path):
     resumed = run_suite(RandomPolicy(1), suite, tmp_path / "cut", seed=0, num_envs=3, env_kwargs=kwargs, progress=False)
     assert resumed == full
     episodes = read_episodes(tmp_path / "cut" / "episodes.jsonl")
-    assert sorted(r["episode"] for r in episodes) == list(range(12))  # each exactly once
-    by_index = {r["episode"]: r for r in read_episodes(tmp_path / "full" / "episodes.jsonl")}
-    assert all(by_index[r["episode"]] == r for r in episodes)
+    assert sorted(r.episode_id for r in episodes) == list(range(12))  # each exactly once
+    by_index = {r.episode_id: r for r in read_episodes(tmp_path / "full" / "episodes.jsonl")}
+    assert all(by_index[r.episode_id] == r for r in episodes)
 
 
 def test_resume_refuses_other_settings(tmp_path):
@@ -143,7 +150,12 @@ def test_summary_files(tmp_path):
     assert [(r["env"], r["task"]) for r in rows] == [("count", COUNT_TASK), ("count", "ALL"), ("OVERALL", "ALL")]
     assert float(rows[-1]["progression_pct"]) == pytest.approx(summary["overall"]["progression"])
     records = read_episodes(tmp_path / "episodes.jsonl")
-    assert {r["env"] for r in records} == {"count"} and len(records) == 4
+    lines = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    assert {line["env"] for line in lines} == {"count"} and len(records) == 4
+    # a line is the record's JSON plus its env, and reads back as the same record
+    assert [{k: v for k, v in line.items() if k != "env"} for line in lines] == [r.to_json() for r in records]
+    assert list(lines[0]) == ["task", "episode", "seed", "return", "length", "invalid", "success", "progression",
+                              "truncated", "env"]
 
 
 def test_cli_random_floor_on_babyai(tmp_path):

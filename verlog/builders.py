@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from verlog import distributed as D
-from verlog.agent.collect import ProxyCollector, ToolLoopCollector
 from verlog.agent.loading import load_agent_fn
 from verlog.agent.loop import AgentLimits, ToolAgentLoop
 from verlog.agent.scripted import scripted_examples
@@ -23,6 +22,7 @@ from verlog.evaluate import EvalResult, evaluate
 from verlog.memory import WindowMemory
 from verlog.models import load_actor
 from verlog.rollout.collector import FixedTurnCollector
+from verlog.rollout.conversations import ProxyCollector, ToolLoopCollector
 from verlog.rollout.engine import RolloutEngine, SamplingParams
 from verlog.rollout.episodes import EpisodeCollector
 from verlog.tiny_model import build_tiny_model

@@ -140,8 +140,8 @@ def eval_main(argv: list[str] | None = None) -> None:
     cfg = _load_config(str(recipe) if recipe else "tiny", overrides)
     _quiet_libraries()
     from verlog.builders import decoder, memory_factory, sampling_params
-    from verlog.evaluate import EvalResult, ModelPolicy, RandomPolicy, run_episodes
-    from verlog.evaluate import EpisodeSpec
+    from verlog.evaluate import EvalResult, ModelPolicy, RandomPolicy
+    from verlog.rollout.runner import EpisodeSpec, run_episodes
 
     memory = None
     if is_random:

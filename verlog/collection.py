@@ -16,7 +16,7 @@ from verlog.algos.critic_free import dynamic_sampling_keep
 from verlog.algos.rewards import shaped_rewards
 from verlog.batch import TurnBatch
 from verlog.config import TrainConfig
-from verlog.rollout.collector import CollectStats
+from verlog.rollout.records import CollectStats
 
 __all__ = ["collect_batch", "merge_stats", "shape_rewards"]
 

@@ -36,7 +36,7 @@ from verlog.algos.stats import explained_variance
 from verlog.batch import TurnBatch
 from verlog.config import TrainConfig, to_dict
 from verlog.logging import MetricLogger
-from verlog.rollout.collector import CollectStats
+from verlog.rollout.records import CollectStats
 
 __all__ = ["PhaseTimes", "iteration_metrics", "make_logger", "mean"]
 

@@ -2,14 +2,16 @@
 
 :data:`BALROG_SUITE` lists BALROG's tasks per environment with its default episode counts (BabyAI 5
 tasks x 10, Baba Is AI 40 x 3, TextWorld 3 x 10, MiniHack x 5, Crafter 1 x 10, NetHack 1 x 5; source:
-BALROG's ``config/config.yaml``, summarised in reference/balrog.md section 4). MiniHack's two Boxoban
-tasks need a download of the Boxoban levels and are left out, so MiniHack has 6 tasks here, not 8.
+BALROG's ``config/config.yaml``). MiniHack's two Boxoban tasks need a download of the Boxoban levels
+and are left out, so MiniHack has 6 tasks here, not 8.
 
 :func:`run_suite` plays every (task, episode) with fixed seeds (episode i of a task is reset with
 ``seed + i``), appends each finished episode to ``episodes.jsonl`` at once (an interrupted run resumes
-by skipping the episodes already there), and writes ``summary.json`` and ``summary.csv``.
+by skipping the episodes already there), and writes ``summary.json`` and ``summary.csv``. A line of
+``episodes.jsonl`` is :meth:`~verlog.rollout.records.EpisodeRecord.to_json` plus the suite env's name
+(``env``).
 
-Aggregation (BALROG's ``utils.py``, balrog.md section 4): the score of an env is the mean progression
+Aggregation (BALROG's ``utils.py``): the score of an env is the mean progression
 over all of its episodes; its standard error is the population std over those episodes / sqrt(n); the
 overall score is the unweighted mean over envs and its SE is sqrt(sum of the env SEs squared) / number
 of envs; everything is reported in percent.
@@ -26,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from verlog.evaluate import EpisodeSpec, Policy, mean_and_se, run_episodes
+from verlog.evaluate import mean_and_se
+from verlog.rollout.records import EpisodeRecord
+from verlog.rollout.runner import EpisodeSpec, Policy, run_episodes
 
 __all__ = [
     "BALROG_SUITE",
@@ -103,8 +107,8 @@ def episode_specs(suite: Mapping[str, SuiteEnv], seed: int) -> list[EpisodeSpec]
             for i in range(env.episodes_per_task)]
 
 
-def read_episodes(path: Path) -> list[dict[str, Any]]:
-    """The records of an ``episodes.jsonl``; a torn last line (a crash mid-write) is dropped and logged.
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of an ``episodes.jsonl``; a torn last line (a crash mid-write) is dropped and logged.
 
     Raises:
         ValueError: a malformed line that is not the last one.
@@ -126,11 +130,21 @@ def read_episodes(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def read_episodes(path: Path) -> list[EpisodeRecord]:
+    """The records of an ``episodes.jsonl`` (:meth:`~verlog.rollout.records.EpisodeRecord.from_json`);
+    a torn last line (a crash mid-write) is dropped and logged.
+
+    Raises:
+        ValueError: a malformed line that is not the last one.
+    """
+    return [EpisodeRecord.from_json(line) for line in _read_lines(path)]
+
+
 def _percent(x: float) -> float:
     return 100.0 * x if math.isfinite(x) else math.nan
 
 
-def aggregate(records: Iterable[Mapping[str, Any]], suite: Mapping[str, SuiteEnv]) -> dict[str, Any]:
+def aggregate(records: Iterable[EpisodeRecord], suite: Mapping[str, SuiteEnv]) -> dict[str, Any]:
     """BALROG's summary of per-episode records (see the module docstring), in percent.
 
     Returns:
@@ -139,23 +153,23 @@ def aggregate(records: Iterable[Mapping[str, Any]], suite: Mapping[str, SuiteEnv
         "mean_steps", "invalid_rate"}}}}}``. Envs or tasks with no episodes yet have NaN scores and
         are left out of the overall mean (``overall.envs`` counts those included).
     """
-    by_task: dict[str, list[Mapping[str, Any]]] = {}
+    by_task: dict[str, list[EpisodeRecord]] = {}
     for r in records:
-        by_task.setdefault(r["task"], []).append(r)
+        by_task.setdefault(r.task, []).append(r)
     envs_out: dict[str, Any] = {}
     for env_name, env in suite.items():
         env_records = [r for t in env.tasks for r in by_task.get(t, [])]
-        prog, se = mean_and_se([float(r["progression"]) for r in env_records])
-        succ, _ = mean_and_se([float(r["success"]) for r in env_records])
+        prog, se = mean_and_se([float(r.progression) for r in env_records])
+        succ, _ = mean_and_se([float(r.success) for r in env_records])
         tasks_out = {}
         for task in env.tasks:
             rs = by_task.get(task, [])
-            t_prog, t_se = mean_and_se([float(r["progression"]) for r in rs])
-            t_succ, _ = mean_and_se([float(r["success"]) for r in rs])
-            steps = sum(r["length"] for r in rs)
+            t_prog, t_se = mean_and_se([float(r.progression) for r in rs])
+            t_succ, _ = mean_and_se([float(r.success) for r in rs])
+            steps = sum(r.length for r in rs)
             tasks_out[task] = {"progression": _percent(t_prog), "se": _percent(t_se), "success": _percent(t_succ),
                                "episodes": len(rs), "mean_steps": steps / len(rs) if rs else math.nan,
-                               "invalid_rate": sum(r["invalid"] for r in rs) / steps if steps else math.nan}
+                               "invalid_rate": sum(r.invalid_actions for r in rs) / steps if steps else math.nan}
         envs_out[env_name] = {"progression": _percent(prog), "se": _percent(se), "success": _percent(succ),
                               "episodes": len(env_records),
                               "expected_episodes": len(env.tasks) * env.episodes_per_task, "tasks": tasks_out}
@@ -207,17 +221,17 @@ def run_suite(
     """Evaluate ``policy`` on ``suite``; resumable; writes the summary files into ``out_dir``.
 
     Files: ``run.json`` (``run_info`` + suite + seed: a resumed run must match it), ``episodes.jsonl``
-    (one record per finished episode, appended and flushed as each ends; see
-    :func:`verlog.evaluate.run_episodes` for the fields, plus ``env``), ``summary.json`` (see
+    (one record per finished episode, appended and flushed as each ends:
+    :meth:`~verlog.rollout.records.EpisodeRecord.to_json` plus ``env``), ``summary.json`` (see
     :func:`aggregate`) and ``summary.csv`` (one row per task, per env and overall).
 
     Args:
-        policy: a :class:`~verlog.evaluate.Policy`.
+        policy: a :class:`~verlog.rollout.runner.Policy` (e.g. of :mod:`verlog.evaluate`).
         suite: e.g. :func:`select_suite` output.
         out_dir: the output directory (created; reused to resume).
         seed: seed of episode 0 of every task.
         num_envs: episodes run side by side.
-        make_memory, env_kwargs, record_turns: see :func:`~verlog.evaluate.run_episodes`.
+        make_memory, env_kwargs, record_turns: see :func:`~verlog.rollout.runner.run_episodes`.
         run_info: what identifies the policy (checkpoint, decoding); stored and compared on resume.
         progress: show a tqdm progress bar.
 
@@ -240,13 +254,14 @@ def run_suite(
     else:
         _write_json(run_file, identity)
     episodes_file = out / "episodes.jsonl"
-    done = read_episodes(episodes_file)
+    lines = _read_lines(episodes_file)
     if episodes_file.is_file():  # rewrite without a torn last line before appending
         tmp = episodes_file.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in done), encoding="utf-8")
+        tmp.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
         os.replace(tmp, episodes_file)
+    done = [EpisodeRecord.from_json(line) for line in lines]
     env_of = {task: env_name for env_name, env in suite.items() for task in env.tasks}
-    finished = {(r["task"], r["episode"]) for r in done}
+    finished = {(r.task, r.episode_id) for r in done}
     todo = [s for s in episode_specs(suite, seed) if (s.task, s.index) not in finished]
     if done:
         logger.info("resuming %s: %d episodes done, %d to go", out, len(done), len(todo))
@@ -257,14 +272,13 @@ def run_suite(
         bar = tqdm(total=len(todo) + len(finished), initial=len(finished), desc="eval", unit="ep", dynamic_ncols=True)
     records = list(done)
     with episodes_file.open("a", encoding="utf-8") as f:
-        def on_episode(record: dict[str, Any]) -> None:
-            record["env"] = env_of[record["task"]]
-            f.write(json.dumps(record) + "\n")
+        def on_episode(record: EpisodeRecord) -> None:
+            f.write(json.dumps({**record.to_json(), "env": env_of[record.task]}) + "\n")
             f.flush()
             records.append(record)
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix_str(f"{record['task']} prog {record['progression']:.2f}")
+                bar.set_postfix_str(f"{record.task} prog {record.progression:.2f}")
 
         try:
             if todo:

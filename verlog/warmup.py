@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 from verlog.envs import make_env
+from verlog.rollout.runner import EpisodeSpec, run_episodes
 from verlog.scoring import pack_pairs, policy_outputs
 
 REPLY_PREFIX = "ACTION: "
@@ -61,28 +62,34 @@ class WarmupExample:
     replies: list[str]
 
 
+class _RandomPlay:
+    """The warm-up's :class:`~verlog.rollout.runner.Policy`: a uniformly random valid action from one
+    ``random.Random(seed)`` stream; every prompt it answers is kept as a :class:`WarmupExample`."""
+
+    needs_memory = True
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.examples: list[WarmupExample] = []
+
+    def act(self, memories: Sequence[Any], infos: Sequence[dict[str, Any]], specs: Sequence[Any],
+            turn: int) -> list[str]:
+        replies = []
+        for memory, info in zip(memories, infos):
+            self.examples.append(WarmupExample(memory.prompt_ids()[0], [format_reply(a) for a in info["valid_actions"]]))
+            replies.append(format_reply(self.rng.choice(info["valid_actions"])))
+        return replies
+
+
 def collect_prompts(task: str, make_memory: Callable[[], Any], *, episodes: int, seed: int,
                     env_kwargs: dict[str, Any] | None = None) -> list[WarmupExample]:
-    """Prompts exactly as the memory renders them in training, from uniformly random play."""
-    rng = random.Random(seed)
-    env = make_env(task, **(env_kwargs or {}))
-    out: list[WarmupExample] = []
-    try:
-        for ep in range(episodes):
-            memory = make_memory()
-            obs, info = env.reset(seed=seed + ep)
-            memory.start_episode(info["instruction"], obs, info["context"])
-            done = False
-            while not done:
-                out.append(WarmupExample(memory.prompt_ids()[0], [format_reply(a) for a in info["valid_actions"]]))
-                reply = format_reply(rng.choice(info["valid_actions"]))
-                obs, _, terminated, truncated, info = env.step(reply)
-                done = terminated or truncated
-                if not done:
-                    memory.add_turn(reply, obs, info["context"])
-    finally:
-        env.close()
-    return out
+    """Prompts exactly as the memory renders them in training, from uniformly random play: ``episodes``
+    episodes one after another (episode i reset with ``seed + i``), the actions drawn from one
+    ``random.Random(seed)`` stream."""
+    play = _RandomPlay(seed)
+    run_episodes([EpisodeSpec(task, seed + ep, ep) for ep in range(episodes)], play, num_envs=1,
+                 make_memory=make_memory, env_kwargs=env_kwargs)
+    return play.examples
 
 
 def format_warmup(model: torch.nn.Module, encode: Callable[[str], list[int]], eos_id: int, pad_id: int,

@@ -1,5 +1,5 @@
 """The calculator task written as a plain OpenAI-client agent, as a user's agent would be: it knows
-nothing of Verlog but the proxy's URLs. :class:`~verlog.agent.collect.ProxyCollector` calls
+nothing of Verlog but the proxy's URLs. :class:`~verlog.rollout.conversations.ProxyCollector` calls
 :func:`solve` once per question (``agent.loop=proxy``, ``agent.agent=verlog.agent.calculator_openai:solve``).
 """
 

@@ -2,14 +2,20 @@
 
 An engine turns prompt token ids into response token ids. The ids it returns are
 the exact ids that get trained: nothing downstream decodes and re-encodes them.
+
+:class:`Collector` is the protocol of what turns engine generations into training batches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Protocol, Sequence, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:
+    from verlog.batch import TurnBatch
+    from verlog.rollout.records import CollectStats
 
 
 class EngineConfigError(ValueError):
@@ -72,4 +78,37 @@ class RolloutEngine(Protocol):
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace the engine's weights with the trainer's (HF parameter names)."""
+        ...
+
+
+@runtime_checkable
+class Collector(Protocol):
+    """What the trainer needs from any collector of training turns.
+
+    Implemented by :class:`~verlog.rollout.collector.FixedTurnCollector` (T turns of N text envs),
+    :class:`~verlog.rollout.episodes.EpisodeCollector` (grouped whole episodes) and the tool
+    conversations' :class:`~verlog.rollout.conversations.ToolLoopCollector` and
+    :class:`~verlog.rollout.conversations.ProxyCollector`.
+    """
+
+    def collect(self) -> tuple[TurnBatch, CollectStats]:
+        """One batch of turns and what happened while collecting it."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain-JSON state from which :meth:`load_state_dict` continues the collection exactly."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict`."""
+        ...
+
+    def weights_changing(self) -> ContextManager[None]:
+        """Context manager around the trainer's loading of new weights into the engine: a collector
+        whose generations run in other threads (the proxy's) holds new requests and drains those in
+        flight; the others do nothing."""
+        ...
+
+    def close(self) -> None:
+        """Release what the collector holds (envs, servers)."""
         ...

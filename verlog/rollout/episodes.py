@@ -14,15 +14,14 @@ Nothing is in flight between calls, so the collector's state is the round counte
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager
 
 from verlog.batch import TurnBatch
-from verlog.envs.faults import count_faults
 from verlog.envs.groups import STATE_KEY_INFO, group_seeds
-from verlog.envs.vector import final_infos, split_infos
-from verlog.rollout.collector import CollectStats, EpisodeRecord, Memory, add_faults, generate_turn
 from verlog.rollout.engine import RolloutEngine, SamplingParams
+from verlog.rollout.records import CollectStats
+from verlog.rollout.runner import Memory, Slot, generate_turn, play_turn, vector_reset, vector_step
 
 __all__ = ["EpisodeCollector"]
 
@@ -38,7 +37,7 @@ class EpisodeCollector:
 
     Args:
         venv: a vector env from :func:`~verlog.envs.vector.make_vector_env` (``state_keys=True``
-            to record ``state_ids``).
+            to record ``state_ids``); :meth:`close` closes it.
         memories: one memory per env.
         engine, decode, sampling, pad_id: as :class:`~verlog.rollout.collector.FixedTurnCollector`.
         seed: base seed of the rounds' group seeds.
@@ -65,6 +64,7 @@ class EpisodeCollector:
         self.group_size, self.max_turns, self.state_keys = group_size, max_turns, state_keys
         self.num_envs = venv.num_envs
         self.num_groups = self.num_envs // group_size
+        self.slots = [Slot(n, memory) for n, memory in enumerate(memories)]
         self.rounds = 0  # completed calls; round r uses group seeds of round r
         self._next_episode_id = 0
 
@@ -80,59 +80,39 @@ class EpisodeCollector:
         N, G = self.num_envs, self.group_size
         stats = CollectStats()
         round_index, self.rounds = self.rounds, self.rounds + 1
-        obs, infos = self.venv.reset(seed=group_seeds(self.seed, round_index, N, G))
-        add_faults(stats, count_faults(infos))
-        episode_ids = list(range(self._next_episode_id, self._next_episode_id + N))
-        self._next_episode_id += N
         keys = [0] * N
-        for n, info in enumerate(split_infos(infos, N)):
-            self.memories[n].start_episode(info["instruction"], obs[n], info["context"])
-            keys[n] = int(info[STATE_KEY_INFO]) if self.state_keys else 0
+        for slot, (obs, info) in zip(self.slots, vector_reset(self.venv, group_seeds(self.seed, round_index, N, G),
+                                                              stats)):
+            slot.begin(self._next_episode_id, obs, info)
+            self._next_episode_id += 1
+            keys[slot.index] = int(info[STATE_KEY_INFO]) if self.state_keys else 0
         cols: list[dict[str, list[Any]]] = [{k: [] for k in _FIELDS} for _ in range(N)]
-        returns, invalid = [0.0] * N, [0] * N
-        active = list(range(N))
+        active = list(self.slots)
         while active:
-            prompts, gens, replies = generate_turn([self.memories[n] for n in active], self.engine, self.decode,
+            prompts, gens, replies = generate_turn([s.memory for s in active], self.engine, self.decode,
                                                    self.sampling, stats)
-            actions = [""] * N
-            for j, n in enumerate(active):
-                actions[n] = replies[j]
-            tic = time.perf_counter()
-            obs, rewards, terminated, truncated, infos = self.venv.step(actions)
-            stats.env_seconds += time.perf_counter() - tic
-            add_faults(stats, count_faults(infos))
-            step_infos, finals_info = split_infos(infos, N), final_infos(infos, N)
+            steps = vector_step(self.venv, [s.index for s in active], replies, stats)
             still = []
-            for j, n in enumerate(active):
-                ended = bool(terminated[n]) or bool(truncated[n])
-                info = finals_info[n] if ended else step_infos[n]
-                cut = not ended and len(cols[n]["rewards"]) + 1 >= self.max_turns
-                valid = bool(info["action_valid"])
+            for j, (slot, _, step, record) in enumerate(play_turn(active, replies, steps, stats=stats,
+                                                                  max_turns=self.max_turns)):
+                n = slot.index
                 row = cols[n]
                 row["prompts"].append(prompts[j])
                 row["responses"].append(gens[j].token_ids)
                 row["logprobs"].append(gens[j].logprobs)
-                row["rewards"].append(float(rewards[n]))
-                row["terminated"].append(bool(terminated[n]))
-                row["truncated"].append((bool(truncated[n]) and not bool(terminated[n])) or cut)
-                row["episode_ids"].append(episode_ids[n])
-                row["action_valid"].append(valid)
+                row["rewards"].append(step.reward)
+                row["terminated"].append(step.terminated)
+                row["truncated"].append(step.truncated)
+                row["episode_ids"].append(slot.episode_id)
+                row["action_valid"].append(step.valid)
                 row["cut"].append(gens[j].finish_reason == "length")
                 row["state_ids"].append(keys[n])
-                returns[n] += float(rewards[n])
-                invalid[n] += int(not valid)
-                stats.invalid_actions += int(not valid)
-                stats.turns += 1
-                if ended or cut:
-                    stats.episodes.append(EpisodeRecord(
-                        episode_id=episode_ids[n], env_index=n, episode_return=returns[n], length=len(row["rewards"]),
-                        success=bool(info["success"]), progression=float(info["progression"]),
-                        invalid_actions=invalid[n], truncated=row["truncated"][-1]))
+                if record is not None:
+                    stats.episodes.append(record)
                     continue
-                self.memories[n].add_turn(replies[j], obs[n], step_infos[n]["context"])
                 if self.state_keys:
-                    keys[n] = int(step_infos[n][STATE_KEY_INFO])
-                still.append(n)
+                    keys[n] = int(step.info[STATE_KEY_INFO])
+                still.append(slot)
             active = still
         return self._pack(cols, round_index), stats
 
@@ -160,3 +140,11 @@ class EpisodeCollector:
         """Continue after :meth:`state_dict`'s round (the next call replays nothing)."""
         self.rounds = int(state["rounds"])
         self._next_episode_id = int(state["next_episode_id"])
+
+    def weights_changing(self) -> ContextManager[None]:
+        """Nothing to hold while the trainer loads new weights: collection runs in the trainer's thread."""
+        return nullcontext()
+
+    def close(self) -> None:
+        """Close the vector env."""
+        self.venv.close()

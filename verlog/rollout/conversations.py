@@ -3,7 +3,7 @@ OpenAI-client agent through the proxy.
 
 Each :meth:`collect` runs ``num_envs`` conversations to their end, ``group_size`` of them on each
 task item (the groups of the critic-free algorithms; 1 for PPO). Every assistant turn is one turn
-sample (:mod:`verlog.agent.samples`, :mod:`verlog.proxy.adapter`): its prompt is every id before it,
+sample (:mod:`verlog.chat.samples`, :mod:`verlog.proxy.adapter`): its prompt is every id before it,
 its response the ids the engine generated, so the turn-level critic and dual-discount GAE apply
 unchanged. Conversations always end inside a round, so the batch is whole-episode: the last turn
 of each is terminated and no turn needs a bootstrap value.
@@ -11,29 +11,35 @@ of each is terminated and no turn needs a bootstrap value.
 Conversations run concurrently and their generate calls are batched by one
 :class:`~verlog.proxy.worker.GenerationWorker`; which calls share a batch depends on tool and
 thread timing, so sampled runs are not bit-reproducible (greedy ones are).
+
+These collectors do not use the turn-by-turn runner of :mod:`verlog.rollout.runner`: a conversation
+is run as a whole (by :class:`~verlog.agent.loop.ToolAgentLoop` or by an outside agent through the
+proxy), with no env step or memory for a runner to drive. They produce the same
+:class:`~verlog.rollout.records.EpisodeRecord` s and implement the trainer's
+:class:`~verlog.rollout.engine.Collector` protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from verlog.agent.loop import AgentLimits, ToolAgentLoop
-from verlog.agent.samples import TurnSample, samples_batch_inputs, turn_samples
 from verlog.agent.tasks import AgentTask
 from verlog.batch import TurnBatch
+from verlog.chat.samples import TurnSample, samples_batch_inputs, turn_samples
 from verlog.proxy import OpenAIProxy, ProxyServer
 from verlog.proxy.adapter import rollout_samples
 from verlog.proxy.worker import BatchingEngine, GenerationWorker
-from verlog.rollout.collector import CollectStats, EpisodeRecord
 from verlog.rollout.engine import SamplingParams
+from verlog.rollout.records import CollectStats, EpisodeRecord
 
-__all__ = ["AgentEpisode", "ToolLoopCollector", "ProxyCollector", "load_agent_fn"]
+__all__ = ["AgentEpisode", "ToolLoopCollector", "ProxyCollector"]
 
 #: An episode of a conversation: (turn samples, total reward, a failure message or None).
 AgentEpisode = tuple[list[TurnSample], float, "str | None"]
@@ -60,6 +66,19 @@ class _AgentCollector:
 
     def close(self) -> None:
         """Release what the collector holds (nothing by default)."""
+
+    def weights_changing(self) -> ContextManager[None]:
+        """Nothing to hold while the trainer loads new weights (by default)."""
+        return nullcontext()
+
+    def _record(self, n: int, episode_id: int, episode: AgentEpisode) -> EpisodeRecord:
+        """The record of conversation ``n``: success = the task's success reward reached."""
+        samples, reward, failure = episode
+        success = reward >= self.task.success_reward
+        return EpisodeRecord(episode_id=episode_id, env_index=n, episode_return=reward, length=len(samples),
+                             success=success, progression=float(success),
+                             invalid_actions=sum(not s.action_valid for s in samples), truncated=False,
+                             task=self.task.name, failure=failure)
 
     def round_items(self) -> list[Any]:
         """The items of the current round: ``num_envs / group_size`` fresh items, each repeated
@@ -94,32 +113,24 @@ class _AgentCollector:
         batch = TurnBatch.from_turns(**kwargs, pad_id=self.pad_id, max_response_tokens=self.max_response_tokens,
                                      group_ids=group_ids)
         stats = CollectStats(generate_seconds=seconds)
-        for n, (samples, reward, failure) in enumerate(episodes):
-            invalid = sum(not s.action_valid for s in samples)
+        for n, episode in enumerate(episodes):
+            samples, _, failure = episode
+            record = self._record(n, base + n, episode)
             stats.turns += len(samples)
-            stats.invalid_actions += invalid
+            stats.invalid_actions += record.invalid_actions
             stats.prompt_tokens += [len(s.prompt_ids) for s in samples]
             if failure is not None:
                 stats.env_faults += 1
                 stats.env_fault_messages.append(f"conversation {n}: {failure}")
-            stats.episodes.append(EpisodeRecord(
-                episode_id=base + n, env_index=n, episode_return=reward, length=len(samples),
-                success=reward >= self.task.success_reward, progression=float(reward >= self.task.success_reward),
-                invalid_actions=invalid, truncated=False))
+            stats.episodes.append(record)
         return batch, stats
 
-    def evaluate(self, items: list[Any], *, greedy: bool, seed: int) -> list[dict[str, Any]]:
-        """Per-episode records (``success``, ``progression``, ``return``, ``length``, ``invalid``) of one
-        conversation per item, for :meth:`verlog.evaluate.EvalResult.from_records`; sampled decoding
-        is seeded with ``seed``."""
+    def evaluate(self, items: list[Any], *, greedy: bool, seed: int) -> list[EpisodeRecord]:
+        """The records of one conversation per item (``episode_id`` = the item's index, ``failure`` set
+        when the conversation failed), for :meth:`verlog.evaluate.EvalResult.from_records`; sampled
+        decoding is seeded with ``seed``."""
         sampling = replace(self.sampling, greedy=greedy, seed=seed)
-        records = []
-        for i, (samples, reward, failure) in enumerate(self.run(items, sampling)):
-            success = reward >= self.task.success_reward
-            records.append({"episode": i, "success": success, "progression": float(success), "return": reward,
-                            "length": len(samples), "invalid": sum(not s.action_valid for s in samples),
-                            "failure": failure})
-        return records
+        return [self._record(i, i, episode) for i, episode in enumerate(self.run(items, sampling))]
 
 
 class ToolLoopCollector(_AgentCollector):
@@ -158,24 +169,6 @@ class ToolLoopCollector(_AgentCollector):
             await worker.close()
 
 
-def load_agent_fn(path: str) -> Callable[..., Any]:
-    """The agent function named ``module:function``.
-
-    Raises:
-        ValueError: not of the form ``module:function``, or the module or function cannot be found.
-    """
-    module, _, name = path.partition(":")
-    if not module or not name:
-        raise ValueError(f"expected 'module:function', got {path!r}")
-    try:
-        fn = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot load {path!r}: {exc}") from None
-    if not callable(fn):
-        raise ValueError(f"{path!r} is not callable")
-    return fn
-
-
 class ProxyCollector(_AgentCollector):
     """Conversations of an OpenAI-client agent through the proxy (:mod:`verlog.proxy`).
 
@@ -191,7 +184,7 @@ class ProxyCollector(_AgentCollector):
         task: the tool task (items and success threshold; the agent runs the tools itself).
         engine: the rollout engine the proxy serves.
         tokenizer: the model's tokenizer.
-        agent_fn: the agent (see :func:`load_agent_fn`).
+        agent_fn: the agent (see :func:`~verlog.agent.loading.load_agent_fn`).
         max_response_tokens: the ``max_tokens`` given to the agent, and the batch's R.
         credit, gamma: the adapter's credit assignment (``"gae"``: the reward on the last call).
         num_envs, group_size, seed, pad_id, sampling: as :class:`ToolLoopCollector` (the agent gets
@@ -215,8 +208,8 @@ class ProxyCollector(_AgentCollector):
     def close(self) -> None:
         self.server.stop()
 
-    def paused(self):
-        """Context manager: hold new requests and drain in-flight ones (around a weight sync)."""
+    def weights_changing(self) -> ContextManager[None]:
+        """Hold new requests and drain in-flight ones while the trainer loads new weights."""
         return self.server.paused()
 
     def run(self, items: list[Any], sampling: SamplingParams) -> list[AgentEpisode]:
