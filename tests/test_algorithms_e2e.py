@@ -69,11 +69,12 @@ def test_gigpo_refuses_an_env_without_state_keys(tmp_path):
 def test_algorithm_alias_and_group_checks():
     assert load_recipe("tiny", ["algorithm=gigpo"]).algo.algorithm == "gigpo"
     from verlog.config import ConfigError
+    from verlog.preflight import check_buildable
 
     with pytest.raises(ConfigError, match="algo.group_size"):
-        load_recipe("tiny", ["algorithm=grpo", "algo.group_size=3"])  # 32 envs
+        check_buildable(load_recipe("tiny", ["algorithm=grpo", "algo.group_size=3"]))  # 32 envs
     with pytest.raises(ConfigError, match="algo.algorithm"):
-        load_recipe("tiny", ["algorithm=a2c"])
+        check_buildable(load_recipe("tiny", ["algorithm=a2c"]))
 
 
 def test_dapo_without_any_learning_signal_skips_the_update(tmp_path):
