@@ -26,3 +26,12 @@ def _restore_distributed_variables():
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """A tiny model directory built once on :func:`helpers.small_corpus` (read-only for the tests)."""
+    from helpers import small_corpus
+    from verlog.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", small_corpus())

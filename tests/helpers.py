@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from verlog.envs.base import TextEnv
@@ -184,3 +185,10 @@ def trace_digest(env: TextEnv, seed: int, replies: Iterable[str]) -> str:
             obs, info = env.reset()
             record(obs, sorted(info.items()))
     return digest.hexdigest()
+
+
+def model_weights(path: Path) -> dict[str, Any]:
+    """The tensors of ``path/model.safetensors`` by name."""
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))

@@ -7,10 +7,9 @@ import shutil
 
 import pytest
 import torch
-from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from helpers import small_corpus
+from helpers import model_weights
 from verlog.models import (
     ModelLoadError,
     causal_lm_logits,
@@ -21,18 +20,8 @@ from verlog.models import (
     load_tokenizer,
     position_ids_from_mask,
 )
-from verlog.tiny_model import build_tiny_model
 
 torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", small_corpus())
-
-
-def _weights(path):
-    return load_file(str(path / "model.safetensors"))
 
 
 # ---------------------------------------------------------------------------- loaders
@@ -79,9 +68,9 @@ def test_tokenizer_without_pad_falls_back_to_eos(tmp_path, tiny):
     assert tok.padding_side == "left"
 
 
-def test_actor_loads_all_weights(tiny):
+def test_actor_loads_allmodel_weights(tiny):
     model = load_actor(tiny)
-    saved = _weights(tiny)
+    saved = model_weights(tiny)
     params = dict(model.named_parameters())
     assert set(saved) <= set(params)
     assert all(torch.equal(params[k], saved[k]) for k in saved)

@@ -6,10 +6,9 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from helpers import small_corpus
+from helpers import model_weights, small_corpus
 import verlog.tiny_model as vm
 from verlog.models import load_tokenizer
 from verlog.tiny_model import build_tiny_model
@@ -17,19 +16,10 @@ from verlog.tiny_model import build_tiny_model
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", small_corpus())
-
-
-def _weights(path):
-    return load_file(str(path / "model.safetensors"))
-
-
 def test_build_is_deterministic_in_seed(tmp_path, tiny):
     again = build_tiny_model(tmp_path / "again", small_corpus())
     other = build_tiny_model(tmp_path / "other", small_corpus(), seed=1)
-    w0, w1, w2 = _weights(tiny), _weights(again), _weights(other)
+    w0, w1, w2 = model_weights(tiny), model_weights(again), model_weights(other)
     assert w0.keys() == w1.keys() == w2.keys()
     assert all(torch.equal(w0[k], w1[k]) for k in w0)
     assert any(not torch.equal(w0[k], w2[k]) for k in w0)
@@ -97,7 +87,7 @@ def test_chat_template_round_trip(tiny):
 
 def test_cached_rebuild_returns_without_building(tmp_path, monkeypatch):
     out = build_tiny_model(tmp_path / "m", small_corpus())
-    before = _weights(out)
+    before = model_weights(out)
 
     def boom(*args, **kwargs):
         raise AssertionError("rebuilt although the cached model matches")
@@ -107,7 +97,7 @@ def test_cached_rebuild_returns_without_building(tmp_path, monkeypatch):
     monkeypatch.undo()
     # A different corpus or different arguments rebuild and replace the directory.
     build_tiny_model(tmp_path / "m", small_corpus(), seed=3)
-    after = _weights(out)
+    after = model_weights(out)
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert json.loads((out / "verlog_tiny_model.json").read_text())["args"]["seed"] == 3
     build_tiny_model(tmp_path / "m", small_corpus()[:-1], seed=3)  # corpus changed -> rebuilt
@@ -126,11 +116,11 @@ def test_crash_mid_build_leaves_no_partial_model(tmp_path, monkeypatch):
     monkeypatch.undo()
     # A crash while replacing an older model keeps the older one intact.
     out = build_tiny_model(tmp_path / "m", small_corpus())
-    before = _weights(out)
+    before = model_weights(out)
     monkeypatch.setattr(vm.Qwen2ForCausalLM, "save_pretrained", crash)
     with pytest.raises(RuntimeError, match="simulated crash"):
         build_tiny_model(tmp_path / "m", small_corpus(), seed=7)
-    after = _weights(out)
+    after = model_weights(out)
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
