@@ -68,7 +68,7 @@ def test_tokenizer_without_pad_falls_back_to_eos(tmp_path, tiny):
     assert tok.padding_side == "left"
 
 
-def test_actor_loads_allmodel_weights(tiny):
+def test_actor_loads_all_weights(tiny):
     model = load_actor(tiny)
     saved = model_weights(tiny)
     params = dict(model.named_parameters())
