@@ -7,7 +7,7 @@ from helpers import COUNT_TASK
 from verlog.envs.groups import StateKeyInfo, group_seeds, state_id
 from verlog.envs.registry import make_env
 from verlog.envs.vector import make_vector_env, split_infos
-from verlog.rollout.collector import CollectStats
+from verlog.rollout.records import CollectStats
 from verlog.rollout.engine import Generation, SamplingParams
 from verlog.rollout.episodes import EpisodeCollector
 

@@ -19,6 +19,7 @@ import torch
 from verlog.algos.critic_free import critic_free_advantages
 from verlog.algos.gae import padded_dual_discount_gae
 from verlog.algos.losses import kl_penalty
+from verlog.algos.registry import ALGORITHMS
 from verlog.algos.rewards import token_rewards
 from verlog.algos.stats import masked_whiten
 from verlog.batch import ScoredBatch, TurnBatch
@@ -60,7 +61,7 @@ def compute_advantages(batch: TurnBatch, scores: Scores, cfg: TrainConfig, *,
     Raises:
         ValueError: from the estimators (e.g. GiGPO without state ids).
     """
-    if scores.values is None:  # the critic-free family
+    if not ALGORITHMS[cfg.algo.algorithm].needs_critic:  # the critic-free family: its own estimator
         adv, metrics = critic_free_advantages(batch, cfg.algo)
         return Advantages(adv, metrics=metrics)
     mask = batch.response_mask
