@@ -84,6 +84,8 @@ class CyclingEngine:
 class TextMemory:
     """Prompt ids = the observation's characters (so equal observations give equal prompts)."""
 
+    reply_prefix = None
+
     def start_episode(self, instruction, observation, context=""):
         self.obs = observation
 

@@ -158,7 +158,8 @@ def eval_payload(cfg: TrainConfig, eval_results: dict[str, dict[str, Any]]) -> d
 def memory_factory(memory: MemoryConfig, tokenizer: Any) -> Callable[[], WindowMemory]:
     """A callable making a fresh per-environment memory as configured."""
     return lambda: WindowMemory(tokenizer, history_turns=memory.history_turns,
-                                max_prompt_tokens=memory.max_prompt_tokens, reply_hint=memory.reply_hint)
+                                max_prompt_tokens=memory.max_prompt_tokens, reply_hint=memory.reply_hint,
+                                reply_prefix=memory.reply_prefix)
 
 
 def sampling_params(rollout: RolloutConfig, *, greedy: bool = False) -> SamplingParams:

@@ -122,6 +122,9 @@ class MemoryConfig:
     history_turns: int = _f(1, "previous (observation, reply) turns shown before the current observation")
     max_prompt_tokens: int = _f(1024, "prompt token budget; oldest history is dropped first")
     reply_hint: Optional[str] = _f(None, "text appended to the current observation (e.g. a format reminder)")
+    reply_prefix: Optional[str] = _f(None, "text the assistant's reply starts with, placed in the prompt after the "
+                                           "generation header (e.g. ACTION:); the model writes the rest; the env and "
+                                           "the history see prefix + completion; None: off")
 
 
 @dataclass
@@ -323,6 +326,9 @@ ALIASES = {"algorithm": "algo.algorithm"}
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     """Turn ``["a.b=1", "c=x"]`` into ``{"a.b": 1, "c": "x"}`` (values parsed as YAML scalars).
 
+    Text that YAML would read as a block mapping stays text: ``memory.reply_prefix=ACTION:`` gives
+    ``"ACTION:"``.
+
     Short names in :data:`ALIASES` are expanded (``algorithm=grpo`` -> ``algo.algorithm``).
 
     Raises:
@@ -338,9 +344,12 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
             out[key] = None
             continue
         try:
-            out[key] = yaml.safe_load(raw)
+            value = yaml.safe_load(raw)
         except yaml.YAMLError:
-            out[key] = raw
+            value = raw
+        # A leaf's text that YAML reads as a block mapping ("ACTION:", "Action: go") is that text;
+        # a mapping written as one ("{history_turns: 2}") stays a mapping.
+        out[key] = raw if isinstance(value, dict) and not raw.lstrip().startswith("{") else value
     return out
 
 

@@ -108,6 +108,8 @@ def _cross_field_problem(cfg: Any) -> str | None:
                 f"and be a multiple of model.tiny.num_kv_heads ({tiny.num_kv_heads}), got {tiny.num_heads}")
     if not 0 <= cfg.deepspeed.zero_stage <= 3:
         return f"deepspeed.zero_stage: expected 0, 1, 2 or 3, got {cfg.deepspeed.zero_stage}"
+    if cfg.memory.reply_prefix == "":
+        return "memory.reply_prefix: expected a non-empty text or null (off), got ''"
     if cfg.ppo.dual_clip is not None and cfg.ppo.dual_clip <= 1.0:
         return f"ppo.dual_clip: expected a number > 1 or null, got {cfg.ppo.dual_clip}"
     turns = rollout.turns_per_env * cfg.env.num_envs

@@ -11,6 +11,12 @@ The layout follows the "latest n+1 turns" history of the Verlog paper and BALROG
 History text (observations and the agent's previous replies) is tokenised again as part of the new
 prompt: that is what the next turn's prompt *is*. The ids that get trained for a reply are the
 engine's own response ids, never these re-tokenised ones.
+
+A *reply prefix* (``reply_prefix``, e.g. ``"ACTION:"``) pre-fills the assistant's turn: its tokens
+follow the generation header at the end of every prompt, so the model writes only the rest of the
+reply (the completion). The reply as a whole, :func:`join_reply` of the prefix and the decoded
+completion, is what the environment parses and what the history shows as the assistant's message;
+the ids trained are still exactly the generated ones (the completion's).
 """
 
 from __future__ import annotations
@@ -20,12 +26,37 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PromptStats", "WindowMemory"]
+__all__ = ["PromptStats", "WindowMemory", "completion_of", "join_reply"]
 
-_STATE_VERSION = 2
+# 3: ``reply_prefix`` added; a version-2 state is a version-3 state with ``reply_prefix=None``.
+_STATE_VERSION = 3
 _ELLIPSIS = " …"
 _OBS_PREFIX = "Observation:\n"
 _CURRENT_PREFIX = "Current observation:\n"
+
+
+def join_reply(reply_prefix: str | None, completion: str) -> str:
+    """The agent's whole reply: the pre-filled ``reply_prefix`` (``None``: none) then the model's
+    decoded ``completion``, joined as text with nothing added between them.
+
+    This is the text the environment parses and the memory stores as the assistant's message.
+    Example: ``join_reply("ACTION:", " turn left") == "ACTION: turn left"``.
+    """
+    return completion if reply_prefix is None else reply_prefix + completion
+
+
+def completion_of(reply_prefix: str | None, reply: str) -> str:
+    """The inverse of :func:`join_reply`: what the model writes after ``reply_prefix`` so that the
+    whole reply is ``reply`` (e.g. a supervised target whose prompt already ends with the prefix).
+
+    Raises:
+        ValueError: ``reply`` does not start with ``reply_prefix``.
+    """
+    if reply_prefix is None:
+        return reply
+    if not reply.startswith(reply_prefix):
+        raise ValueError(f"reply {reply!r} does not start with the reply prefix {reply_prefix!r}")
+    return reply[len(reply_prefix) :]
 
 
 @dataclass(frozen=True)
@@ -62,8 +93,11 @@ class WindowMemory:
     is shown with the current observation and never stored in the history.
 
     The chat template is applied with ``add_generation_prompt=True``, so the prompt ends with the
-    assistant header. Only the last ``history_turns`` turns are stored (O(k) memory for episodes
-    of any length).
+    assistant header, followed by the ids of ``reply_prefix`` when one is set (tokenised once, on
+    its own, without special tokens; they count towards ``max_prompt_tokens``). The replies given
+    to :meth:`add_turn` are whole replies (prefix included, see :func:`join_reply`), so past turns
+    show the model's replies as they were. Only the last ``history_turns`` turns are stored (O(k)
+    memory for episodes of any length).
 
     Token budget, applied in :meth:`prompt_ids`: when the prompt exceeds ``max_prompt_tokens``,
     the oldest history turns are dropped first (binary search over the number kept: O(log k)
@@ -71,18 +105,22 @@ class WindowMemory:
     fits either way). The instruction, the current observation and the generation header are
     never dropped. If the prompt does not fit even with no history, the end of the current
     observation is cut at a token boundary and ``" …"`` appended, keeping the longest prefix
-    that fits (again by binary search).
+    that fits (again by binary search). The reply prefix is never dropped either.
 
     Args:
         tokenizer: a Hugging Face tokenizer with a chat template.
         history_turns: k >= 0, how many past turns to show; 0 shows only the current observation.
         max_prompt_tokens: the prompt-length budget in tokens, >= 1.
         reply_hint: optional text appended to the current observation (e.g. the answer format).
+        reply_prefix: optional text the assistant's reply starts with, placed in the prompt after the
+            generation header; the model writes the rest. Best without a trailing space (``"ACTION:"``,
+            not ``"ACTION: "``): byte-level BPE vocabularies hold words with their leading space, so
+            the model then writes ``" turn left"`` as it would after ``ACTION:`` in running text.
 
     Raises:
         TypeError: wrong argument types.
-        ValueError: negative ``history_turns``, non-positive ``max_prompt_tokens``, or a tokenizer
-            without a chat template.
+        ValueError: negative ``history_turns``, non-positive ``max_prompt_tokens``, an empty
+            ``reply_prefix`` or one holding a special token, or a tokenizer without a chat template.
     """
 
     def __init__(
@@ -92,11 +130,16 @@ class WindowMemory:
         history_turns: int = 1,
         max_prompt_tokens: int = 1024,
         reply_hint: str | None = None,
+        reply_prefix: str | None = None,
     ) -> None:
         _check_int("history_turns", history_turns, minimum=0)
         _check_int("max_prompt_tokens", max_prompt_tokens, minimum=1)
         if reply_hint is not None and not isinstance(reply_hint, str):
             raise TypeError(f"reply_hint must be a str or None, got {type(reply_hint).__name__}")
+        if reply_prefix is not None and not isinstance(reply_prefix, str):
+            raise TypeError(f"reply_prefix must be a str or None, got {type(reply_prefix).__name__}")
+        if reply_prefix == "":
+            raise ValueError("reply_prefix must not be empty (None: no prefix)")
         if not hasattr(tokenizer, "apply_chat_template"):
             raise TypeError(
                 f"tokenizer must be a Hugging Face tokenizer with apply_chat_template, "
@@ -108,7 +151,12 @@ class WindowMemory:
         self.history_turns = history_turns
         self.max_prompt_tokens = max_prompt_tokens
         self.reply_hint = reply_hint
+        self.reply_prefix = reply_prefix
         self._special_tokens = _special_token_strings(tokenizer)
+        self._prefix_ids: list[int] = []
+        if reply_prefix is not None:
+            self._check_text("reply_prefix", reply_prefix)
+            self._prefix_ids = self._encode(reply_prefix)
         self._instruction: str | None = None
         self._observation: str | None = None
         self._context = ""
@@ -168,13 +216,14 @@ class WindowMemory:
 
         Returns:
             ``(ids, stats)``: ``ids`` is a fresh list of ``stats.num_tokens <= max_prompt_tokens``
-            token ids ending with the chat template's assistant generation header.
+            token ids ending with the chat template's assistant generation header, then the reply
+            prefix's ids when a prefix is set.
 
         Raises:
             RuntimeError: called before :meth:`start_episode`.
-            ValueError: the instruction plus the generation header (the prompt with the current
-                observation cut to nothing) already exceeds ``max_prompt_tokens``; the message
-                names both numbers.
+            ValueError: the instruction plus the generation header and reply prefix (the prompt with
+                the current observation cut to nothing) already exceeds ``max_prompt_tokens``; the
+                message names both numbers.
         """
         _, ids, stats = self._build()
         return list(ids), stats
@@ -183,7 +232,8 @@ class WindowMemory:
         """The chat messages of the current prompt exactly as rendered by :meth:`prompt_ids`.
 
         That is after the budget: trimmed history turns are absent and a shortened observation
-        appears shortened. Returns a fresh list of ``{"role", "content"}`` dicts.
+        appears shortened. The reply prefix is no message: it follows the rendered messages' generation
+        header. Returns a fresh list of ``{"role", "content"}`` dicts.
 
         Raises:
             RuntimeError / ValueError: as :meth:`prompt_ids`.
@@ -216,7 +266,7 @@ class WindowMemory:
         ids = list(out)
         if ids and not isinstance(ids[0], int):
             raise TypeError(f"apply_chat_template returned {type(ids[0]).__name__} items, expected int ids")
-        return ids
+        return ids + self._prefix_ids
 
     def _current_text(self) -> str:
         """The current observation followed by its current-only context (if any)."""
@@ -257,8 +307,8 @@ class WindowMemory:
         best = attempt(0)
         if len(best[1]) > budget:
             raise ValueError(
-                f"max_prompt_tokens={budget} is too small: the instruction and generation header "
-                f"alone (current observation cut to nothing) take {len(best[1])} tokens"
+                f"max_prompt_tokens={budget} is too small: the instruction, generation header and "
+                f"reply prefix alone (current observation cut to nothing) take {len(best[1])} tokens"
             )
         # Keeping 0 observation tokens fits; keeping all of them does not (all of them without the
         # ellipsis did not fit either, so len(obs_ids) is safe to start from).
@@ -290,7 +340,7 @@ class WindowMemory:
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable state for exact resume (configuration included for checking).
 
-        Keys: ``version``, ``history_turns``, ``max_prompt_tokens``, ``reply_hint``,
+        Keys: ``version``, ``history_turns``, ``max_prompt_tokens``, ``reply_hint``, ``reply_prefix``,
         ``instruction`` and ``observation`` (``None`` before the first episode), ``context``, ``history``
         (list of ``[observation, reply]`` pairs, oldest first, at most ``history_turns``) and
         ``num_turns``.
@@ -300,6 +350,7 @@ class WindowMemory:
             "history_turns": self.history_turns,
             "max_prompt_tokens": self.max_prompt_tokens,
             "reply_hint": self.reply_hint,
+            "reply_prefix": self.reply_prefix,
             "instruction": self._instruction,
             "observation": self._observation,
             "context": self._context,
@@ -310,14 +361,20 @@ class WindowMemory:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output; afterwards :meth:`prompt_ids` is identical.
 
+        A version-2 state (saved before reply prefixes existed, so without ``reply_prefix``) loads
+        as one with ``reply_prefix=None``.
+
         Raises:
             ValueError: missing/unknown keys, another version, a configuration
-                (``history_turns``, ``max_prompt_tokens``, ``reply_hint``) different from this
-                instance's, more history than ``history_turns``, or an inconsistent episode state.
+                (``history_turns``, ``max_prompt_tokens``, ``reply_hint``, ``reply_prefix``) different
+                from this instance's, more history than ``history_turns``, or an inconsistent
+                episode state.
             TypeError: fields of the wrong type.
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
+        if state.get("version") == 2 and "reply_prefix" not in state:
+            state = {**state, "version": _STATE_VERSION, "reply_prefix": None}
         expected = set(self.state_dict())
         if set(state) != expected:
             raise ValueError(
@@ -326,7 +383,7 @@ class WindowMemory:
             )
         if state["version"] != _STATE_VERSION:
             raise ValueError(f"memory state version {state['version']!r} is not {_STATE_VERSION}")
-        for key in ("history_turns", "max_prompt_tokens", "reply_hint"):
+        for key in ("history_turns", "max_prompt_tokens", "reply_hint", "reply_prefix"):
             if state[key] != getattr(self, key):
                 raise ValueError(
                     f"memory state was saved with {key}={state[key]!r} but this memory has "

@@ -4,7 +4,8 @@
 the registries of the layers above the config, so they are checked here, once the config is loaded
 and before anything is built: the algorithm (its entry in :data:`verlog.algos.registry.ALGORITHMS`
 and what the entry requires of the rest of the config), the environment task, the tool task, the
-proxy's credit mode and the proxy's agent function.
+proxy's credit mode and the proxy's agent function; and where a memory setting applies (the reply prefix: text envs only,
+and a start of the format warm-up's replies).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from verlog.algos.registry import ALGORITHMS
 from verlog.config import ConfigError, TrainConfig
 from verlog.envs.registry import is_registered, make_env
 from verlog.proxy.adapter import CREDIT_MODES
+from verlog.warmup import REPLY_PREFIX
 
-__all__ = ["check_algorithm", "check_buildable", "check_state_keys"]
+__all__ = ["check_algorithm", "check_buildable", "check_reply_prefix", "check_state_keys"]
 
 
 def check_algorithm(cfg: TrainConfig) -> None:
@@ -69,6 +71,26 @@ def check_state_keys(cfg: TrainConfig) -> None:
         env.close()
 
 
+def check_reply_prefix(cfg: TrainConfig) -> None:
+    """Check that ``memory.reply_prefix`` (when set) is used: only the memory of text environments
+    builds prompts with it (the tool loop and the proxy render their own conversations), and a format
+    warm-up on a text env teaches replies ``ACTION: <action>`` whose part after the prefix is the
+    target, so the prefix must be a start of ``ACTION: ``.
+
+    Raises:
+        ConfigError: one line naming ``memory.reply_prefix``.
+    """
+    prefix = cfg.memory.reply_prefix
+    if prefix is None:
+        return
+    if cfg.agent.loop != "env":
+        raise ConfigError(f"memory.reply_prefix: agent.loop={cfg.agent.loop} renders its own conversations and does "
+                          f"not use the memory's prompts; set memory.reply_prefix=null (got {prefix!r})")
+    if cfg.format_warmup.steps > 0 and not REPLY_PREFIX.startswith(prefix):
+        raise ConfigError(f"memory.reply_prefix: the format warm-up teaches replies {REPLY_PREFIX!r}<action>, which "
+                          f"do not start with {prefix!r}; use a start of {REPLY_PREFIX!r} or format_warmup.steps=0")
+
+
 def check_buildable(cfg: TrainConfig) -> None:
     """Check that the algorithm, environment, tool task, credit mode and agent function of ``cfg``
     exist (:func:`check_algorithm` included; :func:`check_state_keys` is separate: it builds an env).
@@ -79,9 +101,11 @@ def check_buildable(cfg: TrainConfig) -> None:
     Raises:
         ConfigError: one line naming the first offending key: ``agent.credit`` not a credit mode of
             :mod:`verlog.proxy.adapter`, ``env.task`` not a registered environment, ``agent.task`` not
-            a tool task of :mod:`verlog.agent.tasks`, or ``agent.agent`` not a loadable function.
+            a tool task of :mod:`verlog.agent.tasks`, ``agent.agent`` not a loadable function, or a
+            ``memory.reply_prefix`` that :func:`check_reply_prefix` refuses.
     """
     check_algorithm(cfg)
+    check_reply_prefix(cfg)
     if cfg.agent.credit not in CREDIT_MODES:
         raise ConfigError(f"agent.credit: expected one of {', '.join(CREDIT_MODES)}, got {cfg.agent.credit!r}")
     if cfg.agent.loop == "env" and not is_registered(cfg.env.task):

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from verlog.envs import make_env
+from verlog.memory import completion_of
 from verlog.rollout.runner import EpisodeSpec, run_episodes
 from verlog.scoring import pack_pairs, policy_outputs
 
@@ -55,7 +56,10 @@ def env_corpus(task: str, *, episodes: int, seed: int, env_kwargs: dict[str, Any
 class WarmupExample:
     """One prompt and the replies the warm-up may teach there (one is drawn uniformly per use).
 
-    For a text env: a prompt of random play and ``format_reply(a)`` for every valid action ``a``.
+    ``replies`` are the texts the model is taught to write right after ``prompt_ids``. For a text
+    env: a prompt of random play and ``format_reply(a)`` for every valid action ``a``; when the
+    memory pre-fills a reply prefix (which the prompt then ends with), only the part of
+    ``format_reply(a)`` after the prefix (:func:`~verlog.memory.completion_of`).
     """
 
     prompt_ids: list[int]
@@ -64,7 +68,13 @@ class WarmupExample:
 
 class _RandomPlay:
     """The warm-up's :class:`~verlog.rollout.runner.Policy`: a uniformly random valid action from one
-    ``random.Random(seed)`` stream; every prompt it answers is kept as a :class:`WarmupExample`."""
+    ``random.Random(seed)`` stream; every prompt it answers is kept as a :class:`WarmupExample`.
+
+    Its replies to the env are whole replies (``format_reply(a)``), as the runner hands on a model's.
+
+    Raises (from :meth:`act`):
+        ValueError: ``format_reply(a)`` does not start with the memory's reply prefix.
+    """
 
     needs_memory = True
 
@@ -76,7 +86,8 @@ class _RandomPlay:
             turn: int) -> list[str]:
         replies = []
         for memory, info in zip(memories, infos):
-            self.examples.append(WarmupExample(memory.prompt_ids()[0], [format_reply(a) for a in info["valid_actions"]]))
+            targets = [completion_of(memory.reply_prefix, format_reply(a)) for a in info["valid_actions"]]
+            self.examples.append(WarmupExample(memory.prompt_ids()[0], targets))
             replies.append(format_reply(self.rng.choice(info["valid_actions"])))
         return replies
 
@@ -85,7 +96,12 @@ def collect_prompts(task: str, make_memory: Callable[[], Any], *, episodes: int,
                     env_kwargs: dict[str, Any] | None = None) -> list[WarmupExample]:
     """Prompts exactly as the memory renders them in training, from uniformly random play: ``episodes``
     episodes one after another (episode i reset with ``seed + i``), the actions drawn from one
-    ``random.Random(seed)`` stream."""
+    ``random.Random(seed)`` stream. With a reply prefix the prompts end with it, and each example's
+    replies are the rest of the reply (see :class:`WarmupExample`).
+
+    Raises:
+        ValueError: the memory's reply prefix is not a start of ``format_reply(a)`` for a valid action.
+    """
     play = _RandomPlay(seed)
     run_episodes([EpisodeSpec(task, seed + ep, ep) for ep in range(episodes)], play, num_envs=1,
                  make_memory=make_memory, env_kwargs=env_kwargs)
@@ -96,7 +112,8 @@ def format_warmup(model: torch.nn.Module, encode: Callable[[str], list[int]], eo
                   examples: list[WarmupExample], *, steps: int, batch_size: int, lr: float,
                   seed: int) -> list[float]:
     """Supervised steps on ``<a reply drawn uniformly from the example's replies><eos>`` targets (for a
-    text env ``ACTION: <random valid action>``); trains ``model`` in place.
+    text env ``ACTION: <random valid action>``, or the part after the prompt's reply prefix); trains
+    ``model`` in place.
 
     Returns:
         The per-step mean negative log-likelihood of the target tokens (nats/token).

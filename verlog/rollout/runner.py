@@ -6,7 +6,7 @@ Every text-env loop is built from the same pieces:
 * :class:`Slot`: one env slot's running episode: its memory, current observation and info, and the
   accumulators of its record (return, length, invalid replies, optional turn log).
 * :func:`generate_turn`: the model's replies for a turn: each memory's prompt, ONE batched
-  ``engine.generate``, the decoded texts.
+  ``engine.generate``, the decoded texts (each after its memory's reply prefix, if any).
 * :class:`Step`: what one env step returned for one slot, from a gymnasium vector env
   (:func:`vector_step`, same-step autoreset: a finished episode's final observation/info and the next
   episode's first ones) or from a single env (:func:`env_step`).
@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol, Sequ
 from verlog.envs import make_env
 from verlog.envs.faults import count_faults
 from verlog.envs.vector import final_infos, final_observations, split_infos
+from verlog.memory import join_reply
 from verlog.rollout.engine import Generation, RolloutEngine, SamplingParams
 from verlog.rollout.records import CollectStats, EpisodeRecord
 
@@ -48,7 +49,13 @@ __all__ = [
 
 
 class Memory(Protocol):
-    """What the runner needs from a per-slot memory (see :mod:`verlog.memory`)."""
+    """What the runner needs from a per-slot memory (see :mod:`verlog.memory`).
+
+    ``reply_prefix``: the text its prompts pre-fill the assistant's reply with (``None``: none); the
+    runner hands on the whole reply, :func:`~verlog.memory.join_reply` of it and the completion.
+    """
+
+    reply_prefix: str | None
 
     def start_episode(self, instruction: str, observation: str, context: str = "") -> None: ...
     def add_turn(self, reply: str, next_observation: str, context: str = "") -> None: ...
@@ -160,10 +167,15 @@ def generate_turn(memories: Sequence[Memory], engine: RolloutEngine, decode: Cal
                   ) -> tuple[list[list[int]], list[Generation], list[str]]:
     """Build each memory's prompt and generate one reply each in one batched call.
 
+    A memory's prompt may end with its reply prefix's ids (:mod:`verlog.memory`); the engine then
+    generates only the completion. The generations' ``token_ids`` are the completion's ids, the ones
+    to train; the reply text is the whole reply, :func:`~verlog.memory.join_reply` of the memory's
+    ``reply_prefix`` and the decoded completion, as the env parses it and the memory stores it.
+
     Prompt sizes and timings go to ``stats`` when given.
 
     Returns:
-        (prompt token ids per memory, the engine's generations, the decoded reply texts).
+        (prompt token ids per memory, the engine's generations, the whole reply texts).
     """
     tic = time.perf_counter()
     prompts = []
@@ -178,7 +190,8 @@ def generate_turn(memories: Sequence[Memory], engine: RolloutEngine, decode: Cal
         stats.prompt_seconds += time.perf_counter() - tic
     tic = time.perf_counter()
     gens = engine.generate(prompts, sampling) if prompts else []
-    replies = decode([g.token_ids for g in gens]) if gens else []
+    completions = decode([g.token_ids for g in gens]) if gens else []
+    replies = [join_reply(m.reply_prefix, text) for m, text in zip(memories, completions)]
     if stats is not None:
         stats.generate_seconds += time.perf_counter() - tic
     return prompts, gens, replies
