@@ -41,6 +41,15 @@ def test_parse_overrides_values():
     assert parse_overrides(["a.b=1", "c=none", "d=[1, 2]", "e=x=y"]) == {"a.b": 1, "c": None, "d": [1, 2], "e": "x=y"}
 
 
+def test_text_that_yaml_reads_as_a_mapping_stays_text():
+    assert parse_overrides(["a=ACTION:", "b=Action: go", "c={x: 1}"]) == {"a": "ACTION:", "b": "Action: go",
+                                                                         "c": {"x": 1}}
+    assert load_recipe("tiny", ["memory.reply_prefix=ACTION:"]).memory.reply_prefix == "ACTION:"
+    assert load_recipe("tiny").memory.reply_prefix is None
+    with pytest.raises(ConfigError, match="^memory.reply_prefix: expected a non-empty text or null"):
+        build_config({"memory": {"reply_prefix": ""}})
+
+
 @pytest.mark.parametrize("overrides, key", [
     (["ppo.nope=1"], "ppo.nope"),
     (["nope=1"], "nope"),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from verlog.memory import PromptStats, WindowMemory
+from verlog.memory import PromptStats, WindowMemory, completion_of, join_reply
 
 CHATML = (
     "{% for message in messages %}"
@@ -413,6 +413,114 @@ def test_load_state_dict_rejects_bad_state(tok):
         target.load_state_dict({**good, "history": [["o", 5]]})
     # a failed load leaves the memory as it was
     assert target.state_dict()["instruction"] is None
+
+
+# ---------------------------------------------------------------------------- reply prefix
+
+PREFIX = "ACTION:"
+
+
+def prefix_ids(tok) -> list[int]:
+    return tok(PREFIX, add_special_tokens=False)["input_ids"]
+
+
+def test_join_reply_and_completion_of_are_inverse():
+    assert join_reply("ACTION:", " turn left") == "ACTION: turn left"
+    assert join_reply(None, " turn left") == " turn left"
+    assert completion_of("ACTION:", "ACTION: turn left") == " turn left"
+    assert completion_of(None, "ACTION: turn left") == "ACTION: turn left"
+    for prefix, completion in [("ACTION:", ""), ("A", "ction: go"), (None, "x")]:
+        assert completion_of(prefix, join_reply(prefix, completion)) == completion
+    with pytest.raises(ValueError, match="does not start with the reply prefix 'ACTION:'"):
+        completion_of("ACTION:", "Action: turn left")
+
+
+@pytest.mark.parametrize("n", [0, 2])
+def test_prompt_ends_with_header_then_prefix_ids(tok, n):
+    plain = WindowMemory(tok, history_turns=1, max_prompt_tokens=4096)
+    mem = WindowMemory(tok, history_turns=1, max_prompt_tokens=4096, reply_prefix=PREFIX)
+    play(plain, n)
+    play(mem, n)
+    header = tok(HEADER_TEXT, add_special_tokens=False)["input_ids"]
+    ids, stats = mem.prompt_ids()
+    assert len(prefix_ids(tok)) >= 2  # precondition: the prefix is more than one token here
+    assert ids == plain.prompt_ids()[0] + prefix_ids(tok)
+    assert ids[-len(prefix_ids(tok)) - len(header) :] == header + prefix_ids(tok)
+    assert stats.num_tokens == len(ids)
+    assert tok.decode(ids, skip_special_tokens=False).endswith(HEADER_TEXT + PREFIX)
+    # the prefix is no message: the messages are those of the memory without it
+    assert mem.render_messages() == plain.render_messages()
+
+
+def test_history_shows_whole_replies(tok):
+    mem = WindowMemory(tok, history_turns=1, reply_prefix=PREFIX)
+    mem.start_episode(INSTRUCTION, obs(0))
+    mem.add_turn(join_reply(mem.reply_prefix, " go forward"), obs(1))
+    assert mem.render_messages() == expected_messages([(obs(0), "ACTION: go forward")], obs(1))
+
+
+def test_budget_counts_the_prefix(tok):
+    k = 3
+    plain = WindowMemory(tok, history_turns=k, max_prompt_tokens=4096)
+    play(plain, k)
+    extra = len(prefix_ids(tok))
+    full = plain.prompt_ids()[0]
+    # a budget that fits every turn without the prefix, but not with it
+    for budget in range(len(full), len(full) + extra):
+        mem = WindowMemory(tok, history_turns=k, max_prompt_tokens=budget, reply_prefix=PREFIX)
+        play(mem, k)
+        ids, stats = mem.prompt_ids()
+        assert len(ids) == stats.num_tokens <= budget
+        assert stats.trimmed_turns >= 1
+        assert ids[-extra:] == prefix_ids(tok)
+    mem = WindowMemory(tok, history_turns=k, max_prompt_tokens=len(full) + extra, reply_prefix=PREFIX)
+    play(mem, k)
+    assert mem.prompt_ids() == (full + prefix_ids(tok), PromptStats(len(full) + extra, 0, 0))
+
+
+def test_budget_cuts_the_observation_but_keeps_the_prefix(tok):
+    bare = WindowMemory(tok, history_turns=0, max_prompt_tokens=4096)
+    bare.start_episode(INSTRUCTION, "")
+    floor = len(bare.prompt_ids()[0])  # the prompt with an empty observation
+    mem = WindowMemory(tok, history_turns=0, max_prompt_tokens=floor + len(prefix_ids(tok)) + 6, reply_prefix=PREFIX)
+    mem.start_episode(INSTRUCTION, obs(3) * 5)
+    ids, stats = mem.prompt_ids()
+    assert stats.trimmed_observation_tokens > 0 and len(ids) <= mem.max_prompt_tokens
+    assert ids[-len(prefix_ids(tok)) :] == prefix_ids(tok)
+    tight = WindowMemory(tok, history_turns=0, max_prompt_tokens=floor, reply_prefix=PREFIX)
+    tight.start_episode(INSTRUCTION, obs(3))
+    with pytest.raises(ValueError, match="reply prefix alone"):
+        tight.prompt_ids()
+
+
+def test_state_round_trip_with_prefix_and_old_states(tok):
+    mem = WindowMemory(tok, history_turns=2, max_prompt_tokens=120, reply_prefix=PREFIX)
+    play(mem, 3)
+    state = json.loads(json.dumps(mem.state_dict()))
+    assert state["reply_prefix"] == PREFIX
+    other = WindowMemory(tok, history_turns=2, max_prompt_tokens=120, reply_prefix=PREFIX)
+    other.load_state_dict(state)
+    assert other.prompt_ids() == mem.prompt_ids()
+    with pytest.raises(ValueError, match="reply_prefix='ACTION:' but this memory has reply_prefix=None"):
+        WindowMemory(tok, history_turns=2, max_prompt_tokens=120).load_state_dict(state)
+    # a state saved before reply prefixes existed (version 2, no reply_prefix key) loads as prefix None
+    plain = WindowMemory(tok, history_turns=2, max_prompt_tokens=120)
+    play(plain, 3)
+    old = {k: v for k, v in plain.state_dict().items() if k != "reply_prefix"} | {"version": 2}
+    restored = WindowMemory(tok, history_turns=2, max_prompt_tokens=120)
+    restored.load_state_dict(old)
+    assert restored.prompt_ids() == plain.prompt_ids()
+    with pytest.raises(ValueError, match="reply_prefix=None but this memory has reply_prefix='ACTION:'"):
+        WindowMemory(tok, history_turns=2, max_prompt_tokens=120, reply_prefix=PREFIX).load_state_dict(old)
+
+
+def test_bad_reply_prefix_raises(tok):
+    with pytest.raises(TypeError, match="reply_prefix must be a str or None"):
+        WindowMemory(tok, reply_prefix=3)
+    with pytest.raises(ValueError, match="reply_prefix must not be empty"):
+        WindowMemory(tok, reply_prefix="")
+    with pytest.raises(ValueError, match=re.escape("reply_prefix contains the special token '<|im_end|>'")):
+        WindowMemory(tok, reply_prefix="ACTION:<|im_end|>")
 
 
 # ---------------------------------------------------------------------------- bad input

@@ -21,6 +21,10 @@ from verlog.preflight import check_buildable
     ("calculator_proxy", ["agent.agent=verlog.nothing:here"], "agent.agent: cannot load 'verlog.nothing:here'"),
     ("calculator_proxy", ["agent.agent=no_colon"], "agent.agent: expected 'module:function', got 'no_colon'"),
     ("calculator_proxy", ["agent.agent=os:sep"], "agent.agent: 'os:sep' is not callable"),
+    ("calculator_tools", ["memory.reply_prefix=ACTION:"], "memory.reply_prefix: agent.loop=tools renders its own "
+                                                          "conversations and does not use the memory's prompts"),
+    ("calculator_proxy", ["memory.reply_prefix=ACTION:"], "memory.reply_prefix: agent.loop=proxy renders"),
+    ("tiny", ["memory.reply_prefix=Sure:"], "memory.reply_prefix: the format warm-up teaches replies 'ACTION: '"),
 ])
 def test_unknown_names_are_one_line_naming_the_key(recipe, overrides, message):
     cfg = load_recipe(recipe, overrides)  # the values alone are valid
@@ -33,6 +37,8 @@ def test_names_are_only_checked_where_they_are_used():
     check_buildable(load_recipe("calculator_tools", ["env.task=not/registered"]))  # tool loop: no env
     check_buildable(load_recipe("tiny", ["agent.task=chess", "agent.agent=verlog.nothing:here"]))  # env loop
     check_buildable(load_recipe("calculator_tools", ["agent.agent=verlog.nothing:here"]))  # no proxy
+    check_buildable(load_recipe("tiny", ["memory.reply_prefix=ACTION:"]))  # a start of the warm-up's replies
+    check_buildable(load_recipe("tiny", ["memory.reply_prefix=Sure:", "format_warmup.steps=0"]))  # no warm-up
 
 
 def test_loading_a_config_imports_no_registry():

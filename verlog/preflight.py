@@ -4,8 +4,8 @@
 the registries of the layers above the config, so they are checked here, once the config is loaded
 and before anything is built: the algorithm (its entry in :data:`verlog.algos.registry.ALGORITHMS`
 and what the entry requires of the rest of the config), the environment task, the tool task, the
-proxy's credit mode and the proxy's agent function; and where a memory setting applies (the reply prefix: text envs only,
-and a start of the format warm-up's replies).
+proxy's credit mode and the proxy's agent function; and that the reply prefix applies (text envs
+only, and a start of the format warm-up's replies).
 """
 
 from __future__ import annotations
