@@ -100,6 +100,12 @@ def packaged_gguf(name: str) -> Path:
         ModelLoadError: ``name`` is not in :data:`PACKAGED_MODELS` (the message lists the known names), its
             package is not installed (the message gives the install command), or the package lacks the file.
     """
+    return _packaged_file(name)[0]
+
+
+def _packaged_file(name: str) -> tuple[Path, str | None]:
+    """:func:`packaged_gguf` of ``name`` and the sha256 (hex) its package's installed file list (RECORD)
+    records for it, None when it records none."""
     import importlib.metadata
 
     entry = PACKAGED_MODELS.get(name)
@@ -112,24 +118,14 @@ def packaged_gguf(name: str) -> Path:
         raise ModelLoadError(f"model '{name}': its package {entry.distribution} is not installed; install it with "
                              f"`make install` or `{entry.install_command}`") from None
     for record in dist.files or []:
-        if str(record) == entry.file:
-            located = Path(dist.locate_file(record))
-            if located.is_file():
-                return located
+        if str(record) == entry.file and (located := Path(dist.locate_file(record))).is_file():
+            recorded = None
+            if record.hash is not None and record.hash.mode == "sha256":
+                value = record.hash.value  # urlsafe base64 without padding (the wheel RECORD format)
+                recorded = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+            return located, recorded
     raise ModelLoadError(f"model '{name}': package {entry.distribution} {dist.version} has no file {entry.file}; "
                          f"reinstall it with `{entry.install_command}`")
-
-
-def _record_sha256(name: str) -> str | None:
-    """The sha256 (hex) that the packaged model's installed file list records for its GGUF, if any."""
-    import importlib.metadata
-
-    entry = PACKAGED_MODELS[name]
-    for record in importlib.metadata.distribution(entry.distribution).files or []:
-        if str(record) == entry.file and record.hash is not None and record.hash.mode == "sha256":
-            value = record.hash.value
-            return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
-    return None
 
 
 def _hub_offline() -> bool:
@@ -309,16 +305,14 @@ def resolve_model(path: str | os.PathLike, cache_dir: str | os.PathLike) -> str:
             whose sha256 differs from the one its package recorded (a damaged install).
     """
     text = os.fspath(path)
-    located = locate_model(text)
-    if source_kind(text) not in ("gguf", "packaged"):
-        return located
-    gguf = Path(located)
+    kind = source_kind(text)
+    if kind not in ("gguf", "packaged"):
+        return locate_model(text)
+    gguf, recorded = _packaged_file(text) if kind == "packaged" else (Path(locate_model(text)), None)
     sha256 = file_sha256(gguf)
-    if source_kind(text) == "packaged":
-        recorded = _record_sha256(text)
-        if recorded is not None and recorded != sha256:
-            raise ModelLoadError(f"model '{text}': the installed file {gguf} is damaged (its sha256 differs from the "
-                                 f"package's record); reinstall with `{PACKAGED_MODELS[text].install_command}`")
+    if recorded is not None and recorded != sha256:
+        raise ModelLoadError(f"model '{text}': the installed file {gguf} is damaged (its sha256 differs from the "
+                             f"package's record); reinstall it with `{PACKAGED_MODELS[text].install_command}`")
     out = gguf_cache_dir(sha256, cache_dir)
     if not _converted(out, sha256):
         print(f"converting {gguf.name} into a model directory at {out} (once)", flush=True)
