@@ -35,3 +35,15 @@ def tiny(tmp_path_factory):
     from verlog.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", small_corpus())
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory):
+    """SmolLM2-135M-Instruct as an ordinary model directory: the packaged model ``smollm2-135m-instruct``
+    (installed by ``make install``) converted from its GGUF file once per session into a cache under
+    pytest's temporary directory (read-only for the tests; the cache is the directory's parent)."""
+    from pathlib import Path
+
+    from verlog.model_sources import resolve_model
+
+    return Path(resolve_model("smollm2-135m-instruct", tmp_path_factory.mktemp("model_cache")))

@@ -20,7 +20,8 @@ from verlog.config import MemoryConfig, RolloutConfig, TrainConfig
 from verlog.envs.vector import make_vector_env
 from verlog.evaluate import EvalResult, evaluate
 from verlog.memory import WindowMemory
-from verlog.models import load_actor
+from verlog.model_sources import locate_model, resolve_model, source_kind
+from verlog.models import ModelLoadError, load_actor, load_tokenizer
 from verlog.rollout.collector import FixedTurnCollector
 from verlog.rollout.conversations import ProxyCollector, ToolLoopCollector
 from verlog.rollout.engine import RolloutEngine, SamplingParams
@@ -65,14 +66,49 @@ def build_tiny_for(cfg: TrainConfig) -> Path:
                             num_kv_heads=tiny.num_kv_heads, intermediate_size=tiny.intermediate_size)
 
 
+def check_model_sources(cfg: TrainConfig) -> None:
+    """Fail fast, before any process group exists, when ``model.path`` or ``model.critic_path`` cannot be found
+    (:func:`~verlog.model_sources.locate_model`: nothing is converted); a model directory or hub id given as
+    ``model.path`` must also have a loadable tokenizer.
+
+    Raises:
+        ModelLoadError: one line naming the key.
+    """
+    for key, path in (("model.path", cfg.model.path), ("model.critic_path", cfg.model.critic_path)):
+        if path is None or (key == "model.path" and path == "tiny"):
+            continue
+        try:
+            located = locate_model(path)
+            if key == "model.path" and source_kind(path) in ("local", "hub"):
+                load_tokenizer(located)
+        except ModelLoadError as err:
+            raise ModelLoadError(f"{key}: {err}") from None
+
+
+def _resolved(path: str, cfg: TrainConfig) -> str:
+    """:func:`~verlog.model_sources.resolve_model` of ``path``, converted on rank 0 while the others wait."""
+    if D.is_main():
+        resolve_model(path, cfg.model.cache_dir)
+    D.barrier()
+    return resolve_model(path, cfg.model.cache_dir)
+
+
 def base_model_path(cfg: TrainConfig) -> str | Path:
-    """Where the run's base model is: ``model.path``, or the tiny model of the task (built on rank 0)."""
+    """Where the run's base model is: the tiny model of the task (built on rank 0), or ``model.path`` resolved
+    (:func:`~verlog.model_sources.resolve_model`: a GGUF file or packaged model is converted once, on rank 0,
+    into ``model.cache_dir``)."""
     if cfg.model.path != "tiny":
-        return cfg.model.path
+        return _resolved(cfg.model.path, cfg)
     if D.is_main():
         build_tiny_for(cfg)
     D.barrier()
     return tiny_model_dir(cfg)
+
+
+def critic_base_path(cfg: TrainConfig) -> str | None:
+    """Where the critic's own backbone is: ``model.critic_path`` resolved as :func:`base_model_path` resolves
+    ``model.path``, or None when the critic starts from the actor's weights."""
+    return None if cfg.model.critic_path is None else _resolved(cfg.model.critic_path, cfg)
 
 
 def run_format_warmup(cfg: TrainConfig, tokenizer: Any, make_memory: Callable[[], Any], base_path: str | Path,

@@ -103,7 +103,7 @@ _SUITE_KEYS = {
 
 
 def eval_main(argv: list[str] | None = None) -> None:
-    """``verlog-eval <checkpoint | model dir | random> [key=value ...]``.
+    """``verlog-eval <checkpoint | model dir | GGUF file | packaged model | hub id | random> [key=value ...]``.
 
     One task (default): ``task=<env/task> episodes=N greedy=true seed=S`` prints a JSON summary.
     The BALROG suite: ``suite=balrog [envs=babyai,crafter,...] [episodes_per_task=N] [tasks_per_env=K]
@@ -115,7 +115,8 @@ def eval_main(argv: list[str] | None = None) -> None:
     evaluation builds prompts with the memory the policy was trained with.
     """
     parser = _Parser(prog="verlog-eval", description="Evaluate a checkpoint on fixed seeds (one task or BALROG's suite).")
-    parser.add_argument("checkpoint", help="a checkpoint's actor directory, a checkpoint or run directory, a model, or 'random'")
+    parser.add_argument("checkpoint", help="a checkpoint's actor directory, a checkpoint or run directory, a model (directory, "
+                        ".gguf file, packaged name such as smollm2-135m-instruct, hub id), or 'random'")
     parser.add_argument("overrides", nargs="*", help="task=<env/task> episodes=N greedy=true seed=S, suite keys, or config keys")
     args = parser.parse_args(argv)
     overrides, suite_opts = [], {}
@@ -135,7 +136,11 @@ def eval_main(argv: list[str] | None = None) -> None:
     is_random = args.checkpoint == "random"
     recipe: Path | None = None
     if not is_random:
-        model_dir, recipe = _resolve_checkpoint(Path(args.checkpoint))
+        from verlog.model_sources import source_kind
+
+        model_dir = args.checkpoint  # a GGUF file, a packaged model or a hub id: resolved below
+        if source_kind(args.checkpoint) == "local":
+            model_dir, recipe = _resolve_checkpoint(Path(args.checkpoint))
         overrides.append(f"model.path={model_dir}")
     cfg = _load_config(str(recipe) if recipe else "tiny", overrides)
     _quiet_libraries()
@@ -147,12 +152,14 @@ def eval_main(argv: list[str] | None = None) -> None:
     if is_random:
         policy = RandomPolicy(cfg.eval.seed)
     else:
+        from verlog.model_sources import resolve_model
         from verlog.models import ModelLoadError, load_tokenizer
         from verlog.rollout.hf import HFEngine
 
         try:
-            tokenizer = load_tokenizer(cfg.model.path)
-            engine = HFEngine(cfg.model.path, tokenizer, seed=cfg.seed)
+            model_path = resolve_model(cfg.model.path, cfg.model.cache_dir)
+            tokenizer = load_tokenizer(model_path)
+            engine = HFEngine(model_path, tokenizer, seed=cfg.seed)
         except ModelLoadError as err:
             _fail(str(err).splitlines()[0])
         sampling = sampling_params(cfg.rollout, greedy=cfg.eval.greedy)

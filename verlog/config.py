@@ -55,11 +55,14 @@ class TinyModelConfig:
 class ModelConfig:
     """Which weights the actor and critic start from."""
 
-    path: str = _f("tiny", "Hugging Face id or local directory of the actor; 'tiny' builds the tiny CPU model")
-    critic_path: Optional[str] = _f(None, "critic backbone (default: same as path); a saved critic keeps its head")
+    path: str = _f("tiny", "the actor's weights: 'tiny' (builds the tiny CPU model), a local model directory, a "
+                           ".gguf file or a packaged model name such as smollm2-135m-instruct (converted once into "
+                           "cache_dir), or a Hugging Face hub id org/name")
+    critic_path: Optional[str] = _f(None, "critic backbone, any source path accepts but 'tiny' (default: same as "
+                                          "path); a saved critic keeps its head")
     dtype: str = _f("float32", "parameter dtype: float32 or bfloat16")
     value_head_init_std: float = _f(0.0, "std of the fresh value head's init (0 = zeros)")
-    cache_dir: str = _f(".cache/verlog", "where built tiny models are cached")
+    cache_dir: str = _f(".cache/verlog", "where built tiny models and models converted from GGUF files are cached")
     lora_rank: int = _f(0, "LoRA rank r of the actor's and critic's adapters (0: train all weights)")
     lora_alpha: float = _f(32.0, "LoRA alpha (the adapter's scale is alpha / r)")
     lora_dropout: float = _f(0.0, "dropout on the LoRA adapters' input")

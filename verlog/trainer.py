@@ -31,8 +31,8 @@ import torch
 from verlog import distributed as D
 from verlog.advantages import compute_advantages, scored_batch
 from verlog.algos.registry import ALGORITHMS
-from verlog.builders import (base_model_path, eval_payload, evaluate_policy, make_collector, memory_factory,
-                             run_format_warmup)
+from verlog.builders import (base_model_path, check_model_sources, critic_base_path, eval_payload, evaluate_policy,
+                             make_collector, memory_factory, run_format_warmup)
 from verlog.checkpointing import (checkpoint_dir, newest_checkpoint, read_rank_state, read_trainer_state,
                                   save_checkpoint)
 from verlog.collection import collect_batch
@@ -83,8 +83,7 @@ class Trainer:
         check_buildable(cfg)
         check_state_keys(cfg)
         self.spec = ALGORITHMS[cfg.algo.algorithm]
-        if cfg.model.path != "tiny":
-            load_tokenizer(cfg.model.path)  # fail fast, with one line, before any process group exists
+        check_model_sources(cfg)  # fail fast, with one line, before any process group exists
         D.init_distributed()
         torch.set_num_threads(cfg.threads)
         self.rank, self.world = D.rank(), D.world_size()
@@ -108,10 +107,11 @@ class Trainer:
         if resume_from is None and cfg.format_warmup.steps > 0:
             run_format_warmup(cfg, self.tokenizer, make_memory, base_path, initial_path)
         actor_path = resume_from / "actor" if resume_from is not None else initial_path
-        critic_path = resume_from / "critic" if resume_from is not None else cfg.model.critic_path or actor_path
+        critic_base = critic_base_path(cfg)
+        critic_path = resume_from / "critic" if resume_from is not None else critic_base or actor_path
         lora = cfg.model.lora_rank > 0
         if lora:  # adapters on the initial weights; a resume restores them from the DeepSpeed checkpoint
-            actor_path, critic_path = initial_path, cfg.model.critic_path or initial_path
+            actor_path, critic_path = initial_path, critic_base or initial_path
         self.models = build_training_models(cfg, actor_path=actor_path, critic_path=critic_path,
                                             initial_path=initial_path, needs_critic=self.spec.needs_critic,
                                             turns_per_batch=self.turns_per_batch, resume_from=resume_from)
