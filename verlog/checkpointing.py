@@ -7,7 +7,8 @@ entry                       what it is
 ==========================  ==========================================================================
 ``actor/``, ``critic/``     complete Hugging Face model directories (ZeRO-3 parameters gathered), with
                             the tokenizer; ``critic/`` only for algorithms that train one
-``ds/``                     the DeepSpeed engines' own checkpoints (optimizer state, LoRA adapters)
+``ds/``                     the DeepSpeed engines' own checkpoints (optimizer state, trained weights; a
+                            LoRA model's frozen base weights are left out: they are the base model's)
 ``trainer_state.json``      iteration, world size, evaluation results so far, the config as a dict
 ``state_rank<r>.json``      each rank's collector state, counters (:class:`~verlog.trainer.Trainer`)
 ``rng_rank<r>.*``           each rank's random states (:mod:`verlog.resume`)
@@ -117,7 +118,8 @@ def save_checkpoint(run_dir: Path, iteration: int, *, engines: Mapping[str, Any]
     (tmp / f"state_rank{rank}.json").write_text(json.dumps(rank_state))
     save_rng_states(tmp, rank, generators)
     for name, engine in engines.items():
-        engine.save_checkpoint(str(tmp / "ds"), tag=name)
+        # frozen weights (a LoRA model's base) are the base model's, not training state: not copied
+        engine.save_checkpoint(str(tmp / "ds"), tag=name, exclude_frozen_parameters=True)
     for name, engine in engines.items():
         state_dict = dict(D.gathered_named_parameters(engine.module))
         if D.is_main():
