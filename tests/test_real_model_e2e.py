@@ -9,7 +9,6 @@ start-up, peak memory, checkpoint size) are printed, never asserted.
 from __future__ import annotations
 
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -144,9 +143,9 @@ def test_vllm_serves_the_lora_checkpoint_and_verlog_eval_runs(smol_run):
     assert 1 <= len(out.token_ids) <= 4 and all(lp <= 0 for lp in out.logprobs)
     del engine
 
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import eval_main; eval_main()", str(run),
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import eval_main; eval_main()", str(actor.parent),
                            "task=babyai/easy_goto", "episodes=2", "num_envs=2"],
-                          capture_output=True, text=True, timeout=900, env={**os.environ})
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["episodes"] == 2 and summary["task"] == "babyai/easy_goto"
