@@ -142,7 +142,8 @@ class RolloutConfig:
     top_k: int = _f(-1, "top-k sampling (-1: off)")
     vllm_gpu_memory_utilization: float = _f(0.5, "vLLM: fraction of GPU memory for weights + KV cache")
     vllm_tensor_parallel_size: int = _f(1, "vLLM: tensor-parallel size")
-    vllm_cpu_kv_cache_gb: float = _f(1.0, "vLLM on CPU: KV cache size in GiB")
+    vllm_cpu_kv_cache_gb: float = _f(0.0, "vLLM on CPU: KV cache size in GiB (0: sized when the engine starts, a tenth "
+                                          "of the memory then available, at most 1 GiB, at least 64 MiB)")
     vllm_sleep_between_updates: bool = _f(False, "vLLM: sleep mode (level 1) during each update: KV cache freed, weights "
                                                  "offloaded to host memory; CUDA/ROCm/XPU only, not yet run on a GPU")
 
@@ -268,6 +269,8 @@ class TrainConfig:
                             "stops at once with one line")
     turn_budget: int = _f(0, "stop after the iteration in which the run's total turns (all ranks) reach this (0: off)")
     checkpoint_every: int = _f(0, "write a checkpoint every k iterations (0: only at the end)")
+    checkpoint_keep: int = _f(0, "keep only the newest k checkpoints, older ones deleted after a new one is complete "
+                                 "(0: keep all)")
     resume: Optional[str] = _f(None, "run directory to resume from (its newest checkpoint)")
     model: ModelConfig = _sub(ModelConfig, "actor/critic weights")
     env: EnvConfig = _sub(EnvConfig, "environments")

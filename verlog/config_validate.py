@@ -40,6 +40,7 @@ _POSITIVE = (
 )
 _NON_NEGATIVE = (
     "memory.history_turns", "ppo.critic_warmup_iterations", "ppo.max_skipped_steps", "format_warmup.steps", "checkpoint_every",
+    "checkpoint_keep",
     "turn_budget", "algo.max_refills", "gpus_per_node", "model.lora_rank", "model.lora_dropout",
     "ppo.micro_batch_tokens",
     "eval.every", "ppo.entropy_coef", "ppo.kl_coef", "ppo.clip_low", "ppo.clip_high", "rollout.temperature",

@@ -34,7 +34,7 @@ def make_rollout_engine(cfg: TrainConfig, path: str | Path, tokenizer: Any, *, r
         return VLLMEngine(str(path), dtype=cfg.model.dtype, max_model_len=cfg.memory.max_prompt_tokens + r.max_response_tokens,
                           seed=cfg.seed + rank, gpu_memory_utilization=r.vllm_gpu_memory_utilization,
                           tensor_parallel_size=r.vllm_tensor_parallel_size, cpu_kv_cache_gb=r.vllm_cpu_kv_cache_gb,
-                          sleep_mode=r.vllm_sleep_between_updates)
+                          sleep_mode=r.vllm_sleep_between_updates, threads=cfg.threads)
     from verlog.rollout.hf import HFEngine
 
     dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32

