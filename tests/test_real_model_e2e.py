@@ -35,15 +35,6 @@ SMOL_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
-def smollm2_dir():
-    """SmolLM2-135M-Instruct as a Hugging Face directory (stand-in until the shared fixture exists)."""
-    path = Path("/work/smol_hf")
-    if not (path / "config.json").is_file():
-        pytest.skip("no converted SmolLM2 directory")
-    return path
-
-
 def test_auto_cpu_kv_cache_is_a_tenth_of_free_memory_within_bounds():
     from verlog.rollout.vllm import auto_cpu_kv_cache_bytes, available_memory_bytes
 
