@@ -75,7 +75,7 @@ import resource  # noqa: E402
 from contextlib import contextmanager, nullcontext  # noqa: E402
 from dataclasses import fields  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable, Iterator  # noqa: E402
+from typing import Any, Iterator  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -123,23 +123,19 @@ def has_trainable_layers_key() -> bool:
 
 
 def model_dir(cfg: TrainConfig) -> str:
-    """``model.path`` as a loadable path: a directory as is, else what Verlog resolves the name to.
+    """``model.path`` as a model directory: a directory as is, else what Verlog resolves the name to
+    (``builders.base_model_path``, which converts a packaged model once where Verlog knows the name).
 
     Raises:
-        SystemExit: the name is no directory and this Verlog resolves no model names.
+        SystemExit: the name resolves to no directory.
     """
     name = cfg.model.path
     if Path(name).is_dir():
         return name
     resolved = str(base_model_path(cfg))
-    if Path(resolved).is_dir():
-        return resolved
-    try:  # the loaders resolve names themselves where Verlog has model sources
-        import verlog.model_sources  # noqa: F401
-    except ImportError:
-        raise SystemExit(f"--model {name}: no such directory, and this Verlog resolves no model names; "
-                         "pass a model directory") from None
-    return name
+    if not Path(resolved).is_dir():
+        raise SystemExit(f"--model {name}: no such model directory, and this Verlog does not resolve the name")
+    return resolved
 
 
 def babyai_prompts(cfg: TrainConfig, tokenizer: Any, n: int) -> list[list[int]]:
