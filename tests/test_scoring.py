@@ -87,3 +87,59 @@ def test_batched_restores_row_order(models):
     full = policy_outputs(actor, rows)[0].detach()
     assert torch.allclose(batched(lambda r: policy_outputs(actor, r)[0], rows, 1), full, atol=1e-5)
     assert torch.allclose(batched(lambda r: policy_outputs(actor, r)[0], rows, 2), full, atol=1e-5)
+
+
+def _full_head_logprobs(model, rows):
+    """Reference: logits at every position, then the response positions gathered."""
+    from verlog.algos.logprobs import logprobs_from_logits
+    from verlog.scoring import gather_response
+
+    logits = model(input_ids=rows.input_ids, attention_mask=rows.attention_mask).logits
+    return logprobs_from_logits(gather_response(logits, rows).float(), rows.response_ids)
+
+
+def test_response_window_covers_every_gathered_position():
+    from verlog.scoring import response_window
+
+    _, _, rows = _example()
+    lo, hi = response_window(rows)
+    idx = response_positions(rows)
+    assert lo == int(idx.min()) == 1 and hi == int(idx.max()) + 1  # shortest prompt has 2 tokens
+
+
+def test_head_on_the_response_window_equals_the_full_head(models):
+    actor, _ = models
+    _, _, rows = _example()
+    with torch.no_grad():
+        expected = _full_head_logprobs(actor, rows)
+        got = policy_outputs(actor, rows)[0]
+    m = rows.response_mask
+    assert torch.allclose(got[m], expected[m], atol=1e-6, rtol=0)
+
+
+def test_head_window_gradients_equal_the_full_head(models):
+    actor, _ = models
+    _, _, rows = _example()
+    m = rows.response_mask
+    grads = []
+    for fn in (_full_head_logprobs, lambda a, r: policy_outputs(a, r)[0]):
+        actor.zero_grad(set_to_none=True)
+        fn(actor, rows)[m].sum().backward()
+        grads.append([p.grad.clone() for p in actor.parameters()])
+    actor.zero_grad(set_to_none=True)
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_head_window_through_peft_and_on_smollm2(smollm2_dir):
+    """SmolLM2 (Llama architecture) with a LoRA wrapper: same logprobs as the full head."""
+    from verlog.lora import add_lora
+
+    model = load_actor(smollm2_dir).eval()
+    rows = pack_pairs([[1, 2, 3, 4, 5, 6], [7, 8, 9]], [[10, 11], [12, 13, 14, 15]], pad_id=2)
+    with torch.no_grad():
+        expected = _full_head_logprobs(model, rows)
+        peft = add_lora(model, rank=2, alpha=4.0, dropout=0.0, target_modules=["q_proj"], base_path=smollm2_dir)
+        got = policy_outputs(peft, rows)[0]
+    m = rows.response_mask
+    assert torch.allclose(got[m], expected[m], atol=1e-5, rtol=0)

@@ -70,6 +70,10 @@ class ModelConfig:
                                         "linear layers that get adapters")
     lora_modules_to_save: List[str] = _f([], "modules trained in full beside the adapters and saved with them (peft "
                                              "modules_to_save; a name matches every module ending in it, e.g. norm)")
+    trainable_layers: Optional[int] = _f(None, "train only the top k transformer layers (+ final norm, + the critic's "
+                                         "value head); lower layers, embeddings and the tied LM head are frozen and "
+                                         "run without autograd; with LoRA, adapters go on the top k layers only "
+                                         "(None: all)")
     tiny: TinyModelConfig = _sub(TinyModelConfig, "tiny model shape (used when path = 'tiny')")
 
 

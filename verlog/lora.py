@@ -28,7 +28,8 @@ ADAPTER_CONFIG = "adapter_config.json"
 
 
 def add_lora(model: torch.nn.Module, *, rank: int, alpha: float, dropout: float, target_modules: list[str],
-             base_path: str | Path, critic: bool = False, modules_to_save: list[str] | None = None) -> Any:
+             base_path: str | Path, critic: bool = False, modules_to_save: list[str] | None = None,
+             layers_to_transform: list[int] | None = None) -> Any:
     """Wrap ``model`` in LoRA adapters on ``target_modules`` (peft ``get_peft_model``).
 
     Args:
@@ -40,6 +41,7 @@ def add_lora(model: torch.nn.Module, *, rank: int, alpha: float, dropout: float,
         critic: keep the value head ``score`` fully trainable (saved with the adapter).
         modules_to_save: more modules trained in full and saved with the adapter (e.g. ``norm``: every
             RMSNorm, whose weights set the scale of the logits that the adapters alone cannot).
+        layers_to_transform: indices of the transformer layers that get adapters (None: all).
 
     Returns:
         a ``peft.PeftModel``.
@@ -53,7 +55,7 @@ def add_lora(model: torch.nn.Module, *, rank: int, alpha: float, dropout: float,
         raise ValueError(f"LoRA rank must be >= 1, got {rank}")
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
                         modules_to_save=(["score"] if critic else []) + list(modules_to_save or []) or None,
-                        bias="none")
+                        bias="none", layers_to_transform=layers_to_transform)
     peft_model = get_peft_model(model, config)
     local = Path(str(base_path))
     peft_model.peft_config["default"].base_model_name_or_path = str(local.resolve()) if local.is_dir() else str(base_path)

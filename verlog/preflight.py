@@ -18,7 +18,7 @@ from verlog.envs.registry import is_registered, make_env
 from verlog.proxy.adapter import CREDIT_MODES
 from verlog.warmup import REPLY_PREFIX
 
-__all__ = ["check_algorithm", "check_buildable", "check_reply_prefix", "check_state_keys"]
+__all__ = ["check_algorithm", "check_buildable", "check_reply_prefix", "check_state_keys", "check_trainable_layers"]
 
 
 def check_algorithm(cfg: TrainConfig) -> None:
@@ -101,11 +101,13 @@ def check_buildable(cfg: TrainConfig) -> None:
     Raises:
         ConfigError: one line naming the first offending key: ``agent.credit`` not a credit mode of
             :mod:`verlog.proxy.adapter`, ``env.task`` not a registered environment, ``agent.task`` not
-            a tool task of :mod:`verlog.agent.tasks`, ``agent.agent`` not a loadable function, or a
-            ``memory.reply_prefix`` that :func:`check_reply_prefix` refuses.
+            a tool task of :mod:`verlog.agent.tasks`, ``agent.agent`` not a loadable function, a
+            ``memory.reply_prefix`` that :func:`check_reply_prefix` refuses, or ``model.trainable_layers``
+            beyond the model's layers (:func:`check_trainable_layers`).
     """
     check_algorithm(cfg)
     check_reply_prefix(cfg)
+    check_trainable_layers(cfg)
     if cfg.agent.credit not in CREDIT_MODES:
         raise ConfigError(f"agent.credit: expected one of {', '.join(CREDIT_MODES)}, got {cfg.agent.credit!r}")
     if cfg.agent.loop == "env" and not is_registered(cfg.env.task):
@@ -117,3 +119,32 @@ def check_buildable(cfg: TrainConfig) -> None:
             load_agent_fn(cfg.agent.agent)
         except ValueError as exc:
             raise ConfigError(f"agent.agent: {exc}") from None
+
+
+def check_trainable_layers(cfg: TrainConfig) -> None:
+    """``model.trainable_layers`` k must lie in 0..L, L the layer count of the model (and of
+    ``model.critic_path`` when set): ``model.tiny.num_layers`` for the tiny model, else
+    ``num_hidden_layers`` of the model's config (a config that cannot be read is left to the loader).
+
+    Raises:
+        ConfigError: one line naming ``model.trainable_layers``.
+    """
+    k = cfg.model.trainable_layers
+    if k is None:
+        return
+    if cfg.model.path == "tiny":
+        counts = {"tiny": cfg.model.tiny.num_layers}
+    else:
+        from transformers import AutoConfig
+
+        counts = {}
+        for path in dict.fromkeys(p for p in (cfg.model.path, cfg.model.critic_path) if p):
+            try:
+                counts[path] = int(AutoConfig.from_pretrained(path).num_hidden_layers)
+            except Exception:  # unreadable: the model loader reports it in its own words
+                continue
+    for path, layers in counts.items():
+        if not 0 <= k <= layers:
+            raise ConfigError(f"model.trainable_layers: expected 0..{layers} (the layers of {path}), got {k}")
+    if k < 0:
+        raise ConfigError(f"model.trainable_layers: expected >= 0, got {k}")

@@ -12,6 +12,8 @@ without gradients and returns what they give (:class:`Scores`); nothing is writt
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -125,18 +127,54 @@ def gather_response(x: torch.Tensor, rows: Rows) -> torch.Tensor:
     return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
 
 
+def response_window(rows: Rows) -> tuple[int, int]:
+    """The column range ``[lo, hi)`` holding every position :func:`response_positions` gathers.
+
+    Rows are right-padded prompt + response, so the response positions of all rows lie between
+    ``min(prompt_lengths) - 1`` and the last (clamped) gathered position; the LM head is needed
+    only there.
+    """
+    idx = response_positions(rows)
+    return int(idx.min()), int(idx.max()) + 1
+
+
+def _accepts_logits_to_keep(model: Callable) -> bool:
+    """Whether the causal LM inside ``model`` (a DeepSpeed engine and/or peft model around a
+    transformers model) takes ``logits_to_keep`` in its forward."""
+    module = getattr(model, "module", model)
+    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    return _forward_takes_logits_to_keep(type(base))
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_takes_logits_to_keep(cls: type) -> bool:
+    return "logits_to_keep" in inspect.signature(cls.forward).parameters
+
+
 def policy_outputs(model: Callable, rows: Rows, *, with_entropy: bool = False,
                    temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs (and optionally entropies) of the response tokens under ``model``.
 
+    The LM head runs only on the columns of :func:`response_window` (transformers'
+    ``logits_to_keep`` with those sequence indices), not on every position: [M, W, V] logits
+    instead of [M, S, V], W = the window's width. A model whose forward has no ``logits_to_keep``
+    computes all positions' logits, as before.
+
     Args:
-        model: a causal LM (or a DeepSpeed engine wrapping one) returning ``.logits`` [M, S, V].
+        model: a causal LM (or a DeepSpeed engine / peft model wrapping one) returning ``.logits``.
     Returns:
         logprobs [M, R] float32 and entropy [M, R] (or None); padded slots hold arbitrary values.
     """
     dev = next(iter(_parameters(model))).device
-    logits = model(input_ids=rows.input_ids.to(dev), attention_mask=rows.attention_mask.to(dev)).logits
-    resp_logits = gather_response(logits, rows).float()
+    lo, hi = response_window(rows)
+    kwargs = {}
+    if _accepts_logits_to_keep(model):
+        kwargs["logits_to_keep"] = torch.arange(lo, hi, device=dev)
+    else:
+        lo = 0
+    logits = model(input_ids=rows.input_ids.to(dev), attention_mask=rows.attention_mask.to(dev), **kwargs).logits
+    idx = (response_positions(rows) - lo).to(dev)
+    resp_logits = logits.gather(1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1])).float()
     if temperature != 1.0:
         resp_logits = resp_logits / temperature
     logprobs = logprobs_from_logits(resp_logits, rows.response_ids.to(dev))

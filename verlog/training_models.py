@@ -3,7 +3,8 @@
 The actor is a causal LM; the critic the same network with a scalar value head (for algorithms that
 train one); the reference is the initial policy, loaded frozen when a KL term is on (with LoRA the
 reference is the actor itself with its adapters disabled, so no second copy is loaded). LoRA adapters
-(:mod:`verlog.lora`) and gradient checkpointing are applied before the engines are made.
+(:mod:`verlog.lora`), gradient checkpointing and ``model.trainable_layers`` (only the top k transformer
+layers train, :func:`train_top_layers`) are applied before the engines are made.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from verlog.lora import add_lora
 from verlog.models import load_actor, load_critic
 from verlog.scoring import Rows, policy_outputs
 
-__all__ = ["TrainingModels", "build_training_models"]
+__all__ = ["TrainingModels", "build_training_models", "decoder_layers", "train_top_layers"]
 
 
 @dataclass
@@ -43,14 +44,75 @@ class TrainingModels:
         return {"actor": self.actor, **({"critic": self.critic} if self.critic is not None else {})}
 
 
-def _with_lora(model: torch.nn.Module, cfg: TrainConfig, base_path: str | Path, *, critic: bool) -> torch.nn.Module:
-    """``model`` with LoRA adapters when ``model.lora_rank`` > 0, else itself."""
+def _backbone(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformer backbone (``.layers``, ``.norm``) of a transformers causal LM or critic, peft-wrapped or not."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone = getattr(base, getattr(base, "base_model_prefix", "model"), None)
+    if backbone is None or not isinstance(getattr(backbone, "layers", None), torch.nn.ModuleList):
+        raise ValueError(f"model.trainable_layers: {type(base).__name__} has no transformer layer list "
+                         "(<backbone>.layers) to choose the top layers from")
+    return backbone
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The transformer layers, bottom first, of a transformers causal LM or critic (peft-wrapped or not).
+
+    Raises:
+        ValueError: the model has no ``<backbone>.layers`` list.
+    """
+    return _backbone(model).layers
+
+
+def train_top_layers(model: torch.nn.Module, k: int) -> None:
+    """Freeze every parameter outside the top ``k`` transformer layers, the final norm and the
+    critic's value head ``score``; the frozen layers then run under ``torch.no_grad``.
+
+    Trainable parameters are not switched on: with LoRA, what peft leaves trainable inside the
+    kept modules (adapters, ``modules_to_save``) stays so. The embeddings and the LM head (tied to
+    them or not) are frozen. The frozen layers' forwards record no autograd graph (even when
+    gradient checkpointing makes the embeddings' output require grad), so they keep no
+    activations and take no backward; their gradient checkpointing is switched off.
+
+    Args:
+        model: a transformers causal LM or token-classification critic, peft-wrapped or not.
+        k: 0 <= k <= the number of layers.
+
+    Raises:
+        ValueError: ``k`` out of range, or a model without a transformer layer list.
+    """
+    backbone = _backbone(model)
+    layers = backbone.layers
+    if not 0 <= k <= len(layers):
+        raise ValueError(f"model.trainable_layers: expected 0..{len(layers)} (the model's layers), got {k}")
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kept = [*layers[len(layers) - k:], getattr(backbone, "norm", None), getattr(base, "score", None)]
+    keep = {id(p) for module in kept if module is not None for p in module.parameters()}
+    for p in model.parameters():
+        if id(p) not in keep:
+            p.requires_grad_(False)
+    for layer in layers[: len(layers) - k]:
+        if hasattr(layer, "gradient_checkpointing"):
+            layer.gradient_checkpointing = False
+        layer.forward = torch.no_grad()(layer.forward)
+
+
+def _prepared(model: torch.nn.Module, cfg: TrainConfig, base_path: str | Path, *, critic: bool) -> torch.nn.Module:
+    """``model`` ready for its engine: LoRA adapters when ``model.lora_rank`` > 0 (on the top
+    ``model.trainable_layers`` layers when set), gradient checkpointing when on, and the layers
+    below the top ``model.trainable_layers`` frozen (:func:`train_top_layers`)."""
     m = cfg.model
-    if not m.lora_rank:
-        return model
-    return add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout,
-                    target_modules=m.lora_target_modules, base_path=base_path, critic=critic,
-                    modules_to_save=m.lora_modules_to_save)
+    k = m.trainable_layers
+    if m.lora_rank:
+        n = len(decoder_layers(model))
+        model = add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout,
+                         target_modules=m.lora_target_modules, base_path=base_path, critic=critic,
+                         modules_to_save=m.lora_modules_to_save,
+                         layers_to_transform=list(range(n - k, n)) if k is not None else None)
+    if cfg.ppo.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    if k is not None:
+        train_top_layers(model, k)
+    return model
 
 
 def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_path: str | Path,
@@ -73,15 +135,14 @@ def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_pa
                      grad_accum_steps=n_micro, max_grad_norm=cfg.ppo.max_grad_norm, bf16=cfg.deepspeed.bf16)
 
     def engine(model: torch.nn.Module, lr: float) -> Any:
-        if cfg.ppo.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+        # the optimizer gets only the trainable parameters (D.make_engine)
         return D.make_engine(model, lr=lr, weight_decay=cfg.ppo.weight_decay, config=ds)
 
-    actor = engine(_with_lora(load_actor(actor_path, dtype=dtype), cfg, actor_path, critic=False), cfg.ppo.actor_lr)
+    actor = engine(_prepared(load_actor(actor_path, dtype=dtype), cfg, actor_path, critic=False), cfg.ppo.actor_lr)
     critic = None
     if needs_critic:
         model = load_critic(critic_path, dtype=dtype, value_head_init_std=cfg.model.value_head_init_std)
-        critic = engine(_with_lora(model, cfg, critic_path, critic=True), cfg.ppo.critic_lr)
+        critic = engine(_prepared(model, cfg, critic_path, critic=True), cfg.ppo.critic_lr)
     models = TrainingModels(actor, critic, None)
     if resume_from is not None:
         for name, e in models.engines().items():
