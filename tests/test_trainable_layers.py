@@ -138,3 +138,20 @@ def test_preflight_names_the_key():
         check_trainable_layers(_cfg(-1))
     check_trainable_layers(_cfg(3))
     check_trainable_layers(_cfg(None))
+
+
+def test_format_warmup_trains_only_the_top_layers(tiny3, tmp_path):
+    from verlog.builders import memory_factory, run_format_warmup
+    from verlog.models import load_actor, load_tokenizer
+
+    D.init_distributed()
+    cfg = _cfg(1, "format_warmup.steps=2", "format_warmup.episodes=1", "format_warmup.batch_size=4",
+               "format_warmup.lr=0.05")
+    tokenizer = load_tokenizer(tiny3)
+    run_format_warmup(cfg, tokenizer, memory_factory(cfg.memory, tokenizer), tiny3, tmp_path / "warm")
+    before = dict(load_actor(tiny3).named_parameters())
+    kept = _kept_names(1, critic=False)
+    changed = {name for name, p in load_actor(tmp_path / "warm").named_parameters()
+               if not torch.equal(p, before[name])}
+    assert changed and all(kept(name) for name in changed)
+    assert any(name.startswith(f"model.layers.{LAYERS - 1}.") for name in changed)

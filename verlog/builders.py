@@ -27,6 +27,7 @@ from verlog.rollout.conversations import ProxyCollector, ToolLoopCollector
 from verlog.rollout.engine import RolloutEngine, SamplingParams
 from verlog.rollout.episodes import EpisodeCollector
 from verlog.tiny_model import build_tiny_model
+from verlog.training_models import train_top_layers
 from verlog.warmup import WarmupExample, collect_prompts, env_corpus, format_warmup
 
 
@@ -126,6 +127,8 @@ def run_format_warmup(cfg: TrainConfig, tokenizer: Any, make_memory: Callable[[]
     if D.is_main():
         tic = time.perf_counter()
         model = load_actor(base_path)
+        if cfg.model.trainable_layers is not None:  # the warm-up trains what the run trains
+            train_top_layers(model, cfg.model.trainable_layers)
         if uses_agent(cfg):
             examples = agent_warmup_examples(cfg, tokenizer, items=fw.episodes, seed=cfg.seed + 77)
         else:

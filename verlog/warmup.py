@@ -113,7 +113,8 @@ def format_warmup(model: torch.nn.Module, encode: Callable[[str], list[int]], eo
                   seed: int) -> list[float]:
     """Supervised steps on ``<a reply drawn uniformly from the example's replies><eos>`` targets (for a
     text env ``ACTION: <random valid action>``, or the part after the prompt's reply prefix); trains
-    ``model`` in place.
+    ``model`` in place: only its parameters that require grad (frozen lower layers, as
+    ``model.trainable_layers`` leaves them, stay unchanged).
 
     Returns:
         The per-step mean negative log-likelihood of the target tokens (nats/token).
@@ -123,7 +124,7 @@ def format_warmup(model: torch.nn.Module, encode: Callable[[str], list[int]], eo
     if not examples:
         raise ValueError("format_warmup: no prompts collected")
     rng = random.Random(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     model.train()
     losses = []
     for _ in range(steps):
