@@ -37,8 +37,8 @@ turn are what these three phases take of it (environment steps and weight sync n
 ``--threads`` (default 2) sets ``OMP_NUM_THREADS`` before torch is imported and
 ``torch.set_num_threads``; the machine load (``os.getloadavg``) is printed with the figures.
 ``--trainable-layers K`` trains only the top K decoder layers (and the final norm) on both sides,
-through the config key ``model.trainable_layers`` where Verlog has it. ``--model``: a model directory,
-or a name that Verlog resolves (``builders.base_model_path``). ``key=value`` arguments override the
+through the config key ``model.trainable_layers`` (the bare side trains the parameters Verlog's engines
+train). ``--model``: a model directory, or a name that Verlog resolves (``builders.base_model_path``). ``key=value`` arguments override the
 config (the default recipe with the settings above).
 """
 
@@ -72,10 +72,8 @@ if __name__ == "__main__":  # the thread count must reach OpenMP before torch is
 
 import gc  # noqa: E402
 import resource  # noqa: E402
-from contextlib import contextmanager, nullcontext  # noqa: E402
-from dataclasses import fields  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Iterator  # noqa: E402
+from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -90,7 +88,7 @@ from verlog.advantages import compute_advantages  # noqa: E402
 from verlog.algos.registry import ALGORITHMS  # noqa: E402
 from verlog.batch import TurnBatch  # noqa: E402
 from verlog.builders import base_model_path, memory_factory  # noqa: E402
-from verlog.config import ModelConfig, TrainConfig  # noqa: E402
+from verlog.config import TrainConfig  # noqa: E402
 from verlog.engine_lifecycle import make_rollout_engine  # noqa: E402
 from verlog.models import load_actor, load_critic, load_tokenizer  # noqa: E402
 from verlog.rollout.engine import Generation, SamplingParams  # noqa: E402
@@ -112,14 +110,9 @@ def bench_config(args: argparse.Namespace) -> TrainConfig:
                  f"ppo.micro_batch_size={args.micro_batch_size}", "ppo.micro_batch_tokens=0",
                  "ppo.actor_lr=1e-6", "ppo.critic_lr=1e-5", "ppo.critic_warmup_iterations=0",
                  f"threads={args.threads}"]
-    if args.trainable_layers is not None and has_trainable_layers_key():
+    if args.trainable_layers is not None:
         overrides.append(f"model.trainable_layers={args.trainable_layers}")
     return tiny_config([*overrides, *args.overrides])
-
-
-def has_trainable_layers_key() -> bool:
-    """Whether this Verlog's config has ``model.trainable_layers`` (else the fallback below freezes)."""
-    return any(f.name == "trainable_layers" for f in fields(ModelConfig))
 
 
 def model_dir(cfg: TrainConfig) -> str:
@@ -145,38 +138,6 @@ def babyai_prompts(cfg: TrainConfig, tokenizer: Any, n: int) -> list[list[int]]:
                                seed=cfg.seed, env_kwargs=cfg.env.env_kwargs())
     step = len(examples) / n
     return [list(examples[int(i * step)].prompt_ids) for i in range(n)]
-
-
-def freeze_below_top(model: torch.nn.Module, k: int) -> torch.nn.Module:
-    """Freeze every weight but the top ``k`` decoder layers, the final norm and a critic's value head.
-
-    Stands in for ``model.trainable_layers`` on a Verlog without that key (the tied embeddings / LM
-    head stay frozen).
-    """
-    base = model.base_model
-    model.requires_grad_(False)
-    for layer in base.layers[len(base.layers) - k:]:
-        layer.requires_grad_(True)
-    base.norm.requires_grad_(True)
-    if hasattr(model, "score"):
-        model.score.requires_grad_(True)
-    return model
-
-
-@contextmanager
-def frozen_loading(k: int | None) -> Iterator[None]:
-    """While building the training models, load them with :func:`freeze_below_top` applied (the
-    fallback for a Verlog without ``model.trainable_layers``; nothing when ``k`` is None)."""
-    if k is None:
-        yield
-        return
-    actor, critic = training_models.load_actor, training_models.load_critic
-    training_models.load_actor = lambda *a, **kw: freeze_below_top(actor(*a, **kw), k)
-    training_models.load_critic = lambda *a, **kw: freeze_below_top(critic(*a, **kw), k)
-    try:
-        yield
-    finally:
-        training_models.load_actor, training_models.load_critic = actor, critic
 
 
 # ---------------------------------------------------------------------------------------------- bare sides
@@ -363,10 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()  # the rollout engine's model is gone before the training models load
     batch = turn_batch(prompts, gens, int(tokenizer.pad_token_id), cfg.rollout.max_response_tokens)
     D.init_distributed()
-    fallback = args.trainable_layers is not None and not has_trainable_layers_key()
-    with frozen_loading(args.trainable_layers) if fallback else nullcontext():
-        models = training_models.build_training_models(
-            cfg, actor_path=path, critic_path=path, initial_path=path, needs_critic=True, turns_per_batch=n)
+    models = training_models.build_training_models(
+        cfg, actor_path=path, critic_path=path, initial_path=path, needs_critic=True, turns_per_batch=n)
     t_scoring = phase_scoring(cfg, models, batch, args.pairs)
     t_update = phase_update(cfg, path, models, batch, args.pairs)
 
@@ -375,8 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(p.numel() for p in actor.parameters())
     lengths = [len(p) for p in prompts]
     replies = [len(g.token_ids) for g in gens]
-    layers = "all" if args.trainable_layers is None else f"top {args.trainable_layers}" + (
-        " (fallback freezing)" if fallback else " (model.trainable_layers)")
+    layers = "all" if args.trainable_layers is None else f"top {args.trainable_layers} (model.trainable_layers)"
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"bench_real_model: {path}, {cfg.env.task} (brief instructions, {cfg.memory.history_turns} history turn), "
           f"{n} turns of {min(lengths)}-{max(lengths)} prompt tokens, replies {min(replies)}-{max(replies)} tokens "
