@@ -155,3 +155,20 @@ def test_format_warmup_trains_only_the_top_layers(tiny3, tmp_path):
                if not torch.equal(p, before[name])}
     assert changed and all(kept(name) for name in changed)
     assert any(name.startswith(f"model.layers.{LAYERS - 1}.") for name in changed)
+
+
+def test_resume_restores_the_trained_top_layers(tiny3, tmp_path):
+    from verlog.training_models import build_training_models as build
+
+    models = _models(tiny3, 1)
+    _one_step(models)
+    stepped = {name: {n: p.detach().clone() for n, p in e.module.named_parameters()}
+               for name, e in models.engines().items()}
+    for name, engine in models.engines().items():  # as a checkpoint saves them: frozen weights left out
+        engine.save_checkpoint(str(tmp_path / "ds"), tag=name, exclude_frozen_parameters=True)
+    torch.manual_seed(1)
+    resumed = build(_cfg(1), actor_path=tiny3, critic_path=tiny3, initial_path=tiny3, needs_critic=True,
+                    turns_per_batch=2, resume_from=tmp_path)
+    for name, engine in resumed.engines().items():
+        for n, p in engine.module.named_parameters():
+            assert torch.equal(p, stepped[name][n]), (name, n)

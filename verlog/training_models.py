@@ -146,8 +146,10 @@ def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_pa
     models = TrainingModels(actor, critic, None)
     if resume_from is not None:
         for name, e in models.engines().items():
-            # a LoRA checkpoint holds no frozen base weights (they come from the base model)
-            e.load_checkpoint(str(resume_from / "ds"), tag=name, load_module_strict=not cfg.model.lora_rank)
+            # the DeepSpeed state holds no frozen weights (LoRA's base, the layers below the trained
+            # top ones): they come from the checkpoint's model directories
+            partial = bool(cfg.model.lora_rank) or cfg.model.trainable_layers is not None
+            e.load_checkpoint(str(resume_from / "ds"), tag=name, load_module_strict=not partial)
     if cfg.ppo.kl_coef > 0:
         models.reference = _reference(cfg, actor, initial_path, dtype)
     return models
