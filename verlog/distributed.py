@@ -41,7 +41,14 @@ def init_distributed() -> None:
     if dist.is_available() and dist.is_initialized():
         return
     import deepspeed
+    from deepspeed.utils import groups
 
+    # A world torn down behind DeepSpeed's back (an in-process vLLM engine destroys the groups it
+    # used) leaves DeepSpeed caching groups of the old world; an engine built in the new one would
+    # broadcast over them and fail ("Group ... is not registered"). They died with that world.
+    release = getattr(groups, "_release_process_group_references", None)
+    if release is not None:
+        release(None)
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
                                verbose=False)
 
