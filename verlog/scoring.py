@@ -119,9 +119,13 @@ def response_positions(rows: Rows) -> torch.Tensor:
     return idx.clamp(max=rows.input_ids.shape[1] - 1)
 
 
-def gather_response(x: torch.Tensor, rows: Rows) -> torch.Tensor:
-    """Gather per-position outputs ``x`` ([M, S] or [M, S, V]) at the response positions -> [M, R(, V)]."""
-    idx = response_positions(rows).to(x.device)
+def gather_response(x: torch.Tensor, rows: Rows, offset: int = 0) -> torch.Tensor:
+    """Gather per-position outputs ``x`` ([M, S] or [M, S, V]) at the response positions -> [M, R(, V)].
+
+    ``offset``: the sequence position of ``x``'s first column (``x`` covers columns ``offset..`` only,
+    as logits computed on :func:`response_window` do).
+    """
+    idx = (response_positions(rows) - offset).to(x.device)
     if x.dim() == 2:
         return x.gather(1, idx)
     return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
@@ -173,8 +177,7 @@ def policy_outputs(model: Callable, rows: Rows, *, with_entropy: bool = False,
     else:
         lo = 0
     logits = model(input_ids=rows.input_ids.to(dev), attention_mask=rows.attention_mask.to(dev), **kwargs).logits
-    idx = (response_positions(rows) - lo).to(dev)
-    resp_logits = logits.gather(1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1])).float()
+    resp_logits = gather_response(logits, rows, offset=lo).float()
     if temperature != 1.0:
         resp_logits = resp_logits / temperature
     logprobs = logprobs_from_logits(resp_logits, rows.response_ids.to(dev))
