@@ -38,7 +38,9 @@ turn are what these three phases take of it (environment steps and weight sync n
 ``torch.set_num_threads``; the machine load (``os.getloadavg``) is printed with the figures.
 ``--trainable-layers K`` trains only the top K decoder layers (and the final norm) on both sides,
 through the config key ``model.trainable_layers`` (the bare side trains the parameters Verlog's engines
-train). ``--model``: a model directory, or a name that Verlog resolves (``builders.base_model_path``). ``key=value`` arguments override the
+train). ``model.cache_frozen_activations=true`` (with it) makes Verlog's scoring compute the frozen
+layers' output once for actor and critic and its update epochs run only the top layers from it, as a
+run does; the bare side still runs every layer, so the ratio shows the saving. ``--model``: a model directory, or a name that Verlog resolves (``builders.base_model_path``). ``key=value`` arguments override the
 config (the default recipe with the settings above).
 """
 
@@ -257,7 +259,7 @@ def phase_scoring(cfg: TrainConfig, models: Any, batch: TurnBatch, pairs: int) -
     actor, critic = models.actor.module.eval(), models.critic.module.eval()
 
     def verlog() -> Any:
-        return score_batch(batch, turn_rows(batch), actor=models.actor, critic=models.critic,
+        return score_batch(batch, models.turn_rows(batch, cfg.ppo.micro_batch_size), actor=models.actor, critic=models.critic,
                            reference=models.reference, micro_batch_size=cfg.ppo.micro_batch_size)
 
     times = paired_times(verlog, lambda: bare_scores(actor, critic, rows), pairs=pairs)
@@ -271,7 +273,7 @@ def phase_scoring(cfg: TrainConfig, models: Any, batch: TurnBatch, pairs: int) -
 def phase_update(cfg: TrainConfig, path: str, models: Any, batch: TurnBatch, pairs: int) -> PairedTimes:
     """Update: one epoch of ``update.update`` vs the bare epoch, from the same shuffling state."""
     spec = ALGORITHMS[cfg.algo.algorithm]
-    rows = turn_rows(batch)
+    rows = models.turn_rows(batch, cfg.ppo.micro_batch_size)  # with the frozen hidden states, as scoring leaves them
     scores = score_batch(batch, rows, actor=models.actor, critic=models.critic, reference=models.reference,
                          micro_batch_size=cfg.ppo.micro_batch_size)
     advantages = compute_advantages(batch, scores, cfg)
@@ -283,7 +285,7 @@ def phase_update(cfg: TrainConfig, path: str, models: Any, batch: TurnBatch, pai
 
     def verlog() -> None:
         rng.set_state(rng_state)
-        U.update(U.TrainingRows.of(batch, turn_rows(batch), scores, advantages), actor=models.actor,
+        U.update(U.TrainingRows.of(batch, rows, scores, advantages), actor=models.actor,
                  critic=models.critic, spec=spec, cfg=cfg.ppo, aggregation=aggregation, rng=rng, skipped=skipped,
                  train_actor=True, pad_id=batch.pad_id)
 

@@ -10,7 +10,8 @@ from verlog.config import ConfigError, load_recipe
 from verlog.preflight import check_trainable_layers
 from verlog.scoring import critic_outputs, pack_pairs, policy_outputs
 from verlog.tiny_model import build_tiny_model
-from verlog.training_models import build_training_models, decoder_layers, train_top_layers
+from verlog.frozen_base import decoder_layers
+from verlog.training_models import build_training_models, train_top_layers
 
 torch.set_num_threads(1)
 LAYERS = 3
@@ -172,3 +173,13 @@ def test_resume_restores_the_trained_top_layers(tiny3, tmp_path):
     for name, engine in resumed.engines().items():
         for n, p in engine.module.named_parameters():
             assert torch.equal(p, stepped[name][n]), (name, n)
+
+
+def test_preflight_reads_the_layer_count_of_a_packaged_model_without_converting_it(tmp_path):
+    # the packaged GGUF's header says 30 layers; nothing is converted into the (empty) cache
+    over = [f"model.cache_dir={tmp_path}", "model.path=smollm2-135m-instruct"]
+    with pytest.raises(ConfigError, match=r"^model.trainable_layers: expected 0..30 \(the layers of smollm2-135m-instruct\), got 31$"):
+        check_trainable_layers(load_recipe("smollm2_easy_goto", over + ["model.trainable_layers=31"]))
+    check_trainable_layers(load_recipe("smollm2_easy_goto", over + ["model.trainable_layers=30",
+                                                                     "model.cache_frozen_activations=true"]))
+    assert not any(tmp_path.iterdir())

@@ -74,6 +74,10 @@ class ModelConfig:
                                          "value head); lower layers, embeddings and the tied LM head are frozen and "
                                          "run without autograd; with LoRA, adapters go on the top k layers only "
                                          "(None: all)")
+    cache_frozen_activations: bool = _f(False, "with trainable_layers: compute the frozen layers' output for each "
+                                        "turn once per iteration (shared by actor and critic when their frozen "
+                                        "layers are equal) and run only the top layers in scoring and the update "
+                                        "epochs; costs turns x tokens x hidden floats of memory")
     tiny: TinyModelConfig = _sub(TinyModelConfig, "tiny model shape (used when path = 'tiny')")
 
 

@@ -109,6 +109,12 @@ def _cross_field_problem(cfg: Any) -> str | None:
                 f"and be a multiple of model.tiny.num_kv_heads ({tiny.num_kv_heads}), got {tiny.num_heads}")
     if not 0 <= cfg.deepspeed.zero_stage <= 3:
         return f"deepspeed.zero_stage: expected 0, 1, 2 or 3, got {cfg.deepspeed.zero_stage}"
+    if cfg.model.cache_frozen_activations and cfg.ppo.gradient_checkpointing:
+        return ("model.cache_frozen_activations: not with ppo.gradient_checkpointing (the top layers would get "
+                "inputs that require no grad); the frozen layers keep no activations anyway")
+    if cfg.model.cache_frozen_activations and cfg.deepspeed.zero_stage == 3:
+        return ("model.cache_frozen_activations: needs deepspeed.zero_stage 0-2 (ZeRO-3 partitions the layers "
+                "it would run in two parts)")
     if cfg.memory.reply_prefix == "":
         return "memory.reply_prefix: expected a non-empty text or null (off), got ''"
     if cfg.ppo.dual_clip is not None and cfg.ppo.dual_clip <= 1.0:

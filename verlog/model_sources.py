@@ -27,6 +27,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from verlog.models import ModelLoadError
 
@@ -36,6 +37,7 @@ __all__ = [
     "source_kind",
     "packaged_gguf",
     "locate_model",
+    "model_shape",
     "file_sha256",
     "gguf_cache_dir",
     "convert_gguf",
@@ -166,6 +168,33 @@ def locate_model(path: str | os.PathLike) -> str:
                              f"so a hub id cannot be downloaded; give a local model directory, a .gguf file or a "
                              f"packaged model name ({_known_names()})")
     return text
+
+
+def model_shape(path: str | os.PathLike) -> Optional[tuple[str, int]]:
+    """The model type and transformer-layer count of a model source, read without loading weights or
+    converting anything: from ``config.json`` (a local directory or a cached hub id), or from the GGUF
+    header (``general.architecture`` and ``<architecture>.block_count``) of a ``.gguf`` file or packaged
+    model. None when the source cannot be read (the loader reports that in its own words).
+    """
+    try:
+        text = locate_model(path)
+        if source_kind(text) in ("gguf", "packaged") or text.endswith(".gguf"):
+            from gguf import GGUFReader
+
+            reader = GGUFReader(Path(text))
+
+            def field(name: str):
+                f = reader.fields[name]
+                return f.parts[f.data[0]]
+
+            architecture = bytes(field("general.architecture")).decode("utf-8")
+            return architecture, int(field(f"{architecture}.block_count")[0])
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(text)
+        return str(config.model_type), int(config.num_hidden_layers)
+    except Exception:  # unreadable here: left to the loader
+        return None
 
 
 def file_sha256(path: str | os.PathLike) -> str:

@@ -15,6 +15,7 @@ from verlog.agent.tasks import AGENT_TASKS
 from verlog.algos.registry import ALGORITHMS
 from verlog.config import ConfigError, TrainConfig
 from verlog.envs.registry import is_registered, make_env
+from verlog.frozen_base import SPLITTABLE_MODEL_TYPES
 from verlog.proxy.adapter import CREDIT_MODES
 from verlog.warmup import REPLY_PREFIX
 
@@ -123,28 +124,32 @@ def check_buildable(cfg: TrainConfig) -> None:
 
 def check_trainable_layers(cfg: TrainConfig) -> None:
     """``model.trainable_layers`` k must lie in 0..L, L the layer count of the model (and of
-    ``model.critic_path`` when set): ``model.tiny.num_layers`` for the tiny model, else
-    ``num_hidden_layers`` of the model's config (a config that cannot be read is left to the loader).
+    ``model.critic_path`` when set): ``model.tiny.num_layers`` for the tiny model, else read from the
+    source's config or GGUF header (:func:`~verlog.model_sources.model_shape`; a source that cannot be
+    read is left to the loader). ``model.cache_frozen_activations`` needs ``model.trainable_layers`` and
+    a model type :mod:`verlog.frozen_base` can split.
 
     Raises:
-        ConfigError: one line naming ``model.trainable_layers``.
+        ConfigError: one line naming ``model.trainable_layers`` or ``model.cache_frozen_activations``.
     """
-    k = cfg.model.trainable_layers
+    k, cache = cfg.model.trainable_layers, cfg.model.cache_frozen_activations
+    if cache and k is None:
+        raise ConfigError("model.cache_frozen_activations: needs model.trainable_layers (the frozen layers whose "
+                          "output is kept)")
     if k is None:
         return
     if cfg.model.path == "tiny":
-        counts = {"tiny": cfg.model.tiny.num_layers}
+        shapes = {"tiny": ("qwen2", cfg.model.tiny.num_layers)}
     else:
-        from transformers import AutoConfig
+        from verlog.model_sources import model_shape
 
-        counts = {}
-        for path in dict.fromkeys(p for p in (cfg.model.path, cfg.model.critic_path) if p):
-            try:
-                counts[path] = int(AutoConfig.from_pretrained(path).num_hidden_layers)
-            except Exception:  # unreadable: the model loader reports it in its own words
-                continue
-    for path, layers in counts.items():
+        paths = dict.fromkeys(p for p in (cfg.model.path, cfg.model.critic_path) if p)
+        shapes = {path: shape for path in paths if (shape := model_shape(path)) is not None}
+    for path, (kind, layers) in shapes.items():
         if not 0 <= k <= layers:
             raise ConfigError(f"model.trainable_layers: expected 0..{layers} (the layers of {path}), got {k}")
+        if cache and kind not in SPLITTABLE_MODEL_TYPES:
+            raise ConfigError(f"model.cache_frozen_activations: model type {kind!r} of {path} is not supported "
+                              f"(supported: {', '.join(SPLITTABLE_MODEL_TYPES)})")
     if k < 0:
         raise ConfigError(f"model.trainable_layers: expected >= 0, got {k}")

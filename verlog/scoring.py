@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from verlog import frozen_base
 from verlog.algos.logprobs import entropy_from_logits, logprobs_from_logits
 from verlog.batch import TurnBatch
 
@@ -33,6 +34,9 @@ class Rows:
         prompt_lengths: [M] long.
         response_ids: [M, R] long.
         response_mask: [M, R] bool.
+        hidden: [M, S] x H float, the frozen hidden states entering layer ``hidden_split`` of the
+            models that share them (:func:`with_frozen_hidden`), or None.
+        hidden_split: that layer's index, or None.
     """
 
     input_ids: torch.Tensor
@@ -40,6 +44,8 @@ class Rows:
     prompt_lengths: torch.Tensor
     response_ids: torch.Tensor
     response_mask: torch.Tensor
+    hidden: Optional[torch.Tensor] = None
+    hidden_split: Optional[int] = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -48,8 +54,9 @@ class Rows:
         """Rows at ``index`` ([K] long), trimmed to their own longest sequence."""
         mask = self.attention_mask[index]
         width = int(mask.sum(-1).max())
+        hidden = self.hidden[index, :width] if self.hidden is not None else None
         return Rows(self.input_ids[index, :width], mask[:, :width], self.prompt_lengths[index],
-                    self.response_ids[index], self.response_mask[index])
+                    self.response_ids[index], self.response_mask[index], hidden, self.hidden_split)
 
 
 def pack_rows(prompt_ids: torch.Tensor, prompt_lengths: torch.Tensor, response_ids: torch.Tensor,
@@ -176,7 +183,7 @@ def policy_outputs(model: Callable, rows: Rows, *, with_entropy: bool = False,
         kwargs["logits_to_keep"] = torch.arange(lo, hi, device=dev)
     else:
         lo = 0
-    logits = model(input_ids=rows.input_ids.to(dev), attention_mask=rows.attention_mask.to(dev), **kwargs).logits
+    logits = _forward(model, rows, dev, **kwargs).logits
     resp_logits = gather_response(logits, rows, offset=lo).float()
     if temperature != 1.0:
         resp_logits = resp_logits / temperature
@@ -188,8 +195,37 @@ def policy_outputs(model: Callable, rows: Rows, *, with_entropy: bool = False,
 def critic_outputs(critic: Callable, rows: Rows) -> torch.Tensor:
     """Values V_k [M, R] float32 of the response positions under a token-classification critic."""
     dev = next(iter(_parameters(critic))).device
-    out = critic(input_ids=rows.input_ids.to(dev), attention_mask=rows.attention_mask.to(dev)).logits
+    out = _forward(critic, rows, dev).logits
     return gather_response(out.squeeze(-1).float(), rows)
+
+
+def _forward(model: Callable, rows: Rows, dev: torch.device, **kwargs: Any) -> Any:
+    """``model``'s forward over ``rows``: from their frozen hidden states when ``model`` shares them
+    (:func:`verlog.frozen_base.forward`), from the token ids otherwise."""
+    return frozen_base.forward(model, rows.input_ids.to(dev), rows.attention_mask.to(dev), hidden=rows.hidden,
+                               hidden_split=rows.hidden_split, **kwargs)
+
+
+def with_frozen_hidden(model: Callable, rows: Rows, micro_batch_size: int) -> Rows:
+    """``rows`` carrying the frozen hidden states of ``model`` (:func:`verlog.frozen_base.frozen_hidden`),
+    computed in length-sorted micro-batches of ``micro_batch_size`` rows; kept on the CPU.
+
+    Every model whose frozen base is ``model``'s (the same split and frozen weights) then runs only its
+    top layers on these rows, here and in the update epochs.
+    """
+    split = frozen_base.frozen_below(model)
+    M, S = rows.input_ids.shape
+    hidden: torch.Tensor | None = None
+    order = torch.argsort(rows.attention_mask.sum(-1), descending=True)
+    for start in range(0, M, micro_batch_size):
+        idx = order[start:start + micro_batch_size]
+        part = rows.select(idx)
+        h = frozen_base.frozen_hidden(model, part.input_ids, part.attention_mask).cpu()
+        if hidden is None:
+            hidden = torch.zeros(M, S, h.shape[-1], dtype=h.dtype)
+        hidden[idx, : h.shape[1]] = h
+    return Rows(rows.input_ids, rows.attention_mask, rows.prompt_lengths, rows.response_ids, rows.response_mask,
+                hidden, split)
 
 
 def _parameters(model: Callable):

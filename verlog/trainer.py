@@ -44,7 +44,7 @@ from verlog.metrics import PhaseTimes, iteration_metrics, make_logger
 from verlog.models import load_tokenizer
 from verlog.preflight import check_buildable, check_state_keys
 from verlog.resume import StopSignals, load_rng_states, truncate_metrics
-from verlog.scoring import score_batch, turn_rows
+from verlog.scoring import score_batch
 from verlog.training_models import build_training_models
 from verlog.update import SkippedSteps, TrainingRows, update
 
@@ -217,7 +217,7 @@ class Trainer:
         scores = adv = None
         if D.min_over_ranks(batch.num_real_turns) > 0:
             with times.phase("scoring"):
-                rows = turn_rows(batch)
+                rows = models.turn_rows(batch, cfg.ppo.micro_batch_size)
                 scores = score_batch(batch, rows, actor=models.actor, critic=models.critic,
                                      reference=models.reference, micro_batch_size=cfg.ppo.micro_batch_size)
                 adv = compute_advantages(batch, scores, cfg, reduce_fn=D.all_reduce_sum)

@@ -18,11 +18,13 @@ import torch
 
 from verlog import distributed as D
 from verlog.config import TrainConfig
+from verlog.frozen_base import FROZEN_BELOW, backbone, check_splittable, decoder_layers, same_frozen_base, unwrap
 from verlog.lora import add_lora
 from verlog.models import load_actor, load_critic
-from verlog.scoring import Rows, policy_outputs
+from verlog.batch import TurnBatch
+from verlog.scoring import Rows, policy_outputs, turn_rows, with_frozen_hidden
 
-__all__ = ["TrainingModels", "build_training_models", "decoder_layers", "train_top_layers"]
+__all__ = ["TrainingModels", "build_training_models", "train_top_layers"]
 
 
 @dataclass
@@ -33,34 +35,26 @@ class TrainingModels:
         actor: the actor's DeepSpeed engine (``actor.module`` is the Hugging Face model).
         critic: the critic's DeepSpeed engine, or None for algorithms without a critic.
         reference: rows -> the reference policy's logprobs [M, R], or None when no KL term is on.
+        cache_frozen_activations: the turns' rows get the actor's frozen hidden states before scoring
+            (:func:`~verlog.scoring.with_frozen_hidden`); the critic uses them too when its frozen base is
+            the actor's.
     """
 
     actor: Any
     critic: Optional[Any]
     reference: Optional[Callable[[Rows], torch.Tensor]]
+    cache_frozen_activations: bool = False
+
+    def turn_rows(self, batch: TurnBatch, micro_batch_size: int) -> Rows:
+        """The batch's real turns as rows (:func:`~verlog.scoring.turn_rows`), with the actor's frozen
+        hidden states when ``cache_frozen_activations`` is on (computed in micro-batches of
+        ``micro_batch_size`` rows)."""
+        rows = turn_rows(batch)
+        return with_frozen_hidden(self.actor, rows, micro_batch_size) if self.cache_frozen_activations else rows
 
     def engines(self) -> dict[str, Any]:
         """The DeepSpeed engines by checkpoint tag: the actor, and the critic where there is one."""
         return {"actor": self.actor, **({"critic": self.critic} if self.critic is not None else {})}
-
-
-def _backbone(model: torch.nn.Module) -> torch.nn.Module:
-    """The transformer backbone (``.layers``, ``.norm``) of a transformers causal LM or critic, peft-wrapped or not."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    backbone = getattr(base, getattr(base, "base_model_prefix", "model"), None)
-    if backbone is None or not isinstance(getattr(backbone, "layers", None), torch.nn.ModuleList):
-        raise ValueError(f"model.trainable_layers: {type(base).__name__} has no transformer layer list "
-                         "(<backbone>.layers) to choose the top layers from")
-    return backbone
-
-
-def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The transformer layers, bottom first, of a transformers causal LM or critic (peft-wrapped or not).
-
-    Raises:
-        ValueError: the model has no ``<backbone>.layers`` list.
-    """
-    return _backbone(model).layers
 
 
 def train_top_layers(model: torch.nn.Module, k: int) -> None:
@@ -71,7 +65,9 @@ def train_top_layers(model: torch.nn.Module, k: int) -> None:
     kept modules (adapters, ``modules_to_save``) stays so. The embeddings and the LM head (tied to
     them or not) are frozen. The frozen layers' forwards record no autograd graph (even when
     gradient checkpointing makes the embeddings' output require grad), so they keep no
-    activations and take no backward; their gradient checkpointing is switched off.
+    activations and take no backward; their gradient checkpointing is switched off. The model is
+    marked with the index of its first trained layer (:data:`~verlog.frozen_base.FROZEN_BELOW`), where
+    its frozen hidden states may enter (:mod:`verlog.frozen_base`).
 
     Args:
         model: a transformers causal LM or token-classification critic, peft-wrapped or not.
@@ -80,12 +76,12 @@ def train_top_layers(model: torch.nn.Module, k: int) -> None:
     Raises:
         ValueError: ``k`` out of range, or a model without a transformer layer list.
     """
-    backbone = _backbone(model)
-    layers = backbone.layers
+    bb = backbone(model)
+    layers = bb.layers
     if not 0 <= k <= len(layers):
         raise ValueError(f"model.trainable_layers: expected 0..{len(layers)} (the model's layers), got {k}")
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    kept = [*layers[len(layers) - k:], getattr(backbone, "norm", None), getattr(base, "score", None)]
+    base = unwrap(model)
+    kept = [*layers[len(layers) - k:], getattr(bb, "norm", None), getattr(base, "score", None)]
     keep = {id(p) for module in kept if module is not None for p in module.parameters()}
     for p in model.parameters():
         if id(p) not in keep:
@@ -94,6 +90,7 @@ def train_top_layers(model: torch.nn.Module, k: int) -> None:
         if hasattr(layer, "gradient_checkpointing"):
             layer.gradient_checkpointing = False
         layer.forward = torch.no_grad()(layer.forward)
+    setattr(base, FROZEN_BELOW, len(layers) - k)
 
 
 def _prepared(model: torch.nn.Module, cfg: TrainConfig, base_path: str | Path, *, critic: bool) -> torch.nn.Module:
@@ -143,7 +140,13 @@ def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_pa
     if needs_critic:
         model = load_critic(critic_path, dtype=dtype, value_head_init_std=cfg.model.value_head_init_std)
         critic = engine(_prepared(model, cfg, critic_path, critic=True), cfg.ppo.critic_lr)
-    models = TrainingModels(actor, critic, None)
+    models = TrainingModels(actor, critic, None, cfg.model.cache_frozen_activations)
+    if models.cache_frozen_activations:
+        check_splittable(actor)
+        if critic is not None and not same_frozen_base(actor, critic):
+            setattr(unwrap(critic), FROZEN_BELOW, None)  # it runs whole: its frozen layers are not the actor's
+            print("model.cache_frozen_activations: the critic's frozen layers differ from the actor's "
+                  "(model.critic_path); the critic runs all its layers", flush=True)
     if resume_from is not None:
         for name, e in models.engines().items():
             # the DeepSpeed state holds no frozen weights (LoRA's base, the layers below the trained
