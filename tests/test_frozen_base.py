@@ -147,6 +147,24 @@ def test_a_model_without_a_frozen_base_ignores_the_hidden_states(tiny3):
         frozen_base.frozen_hidden(reference, rows.input_ids, rows.attention_mask)
 
 
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_kl_reference_runs_its_top_layers_on_the_shared_hidden_states(tiny3, lora):
+    models = _models(tiny3, 1, "ppo.kl_coef=0.1", *(["model.lora_rank=2"] if lora else []))
+    rows = _rows()
+    cached = with_frozen_hidden(models.actor, rows, micro_batch_size=2)
+    calls = []
+    if not lora:  # the separate frozen initial policy: hook its layers through the closure's model
+        ref_model = models.reference.__closure__[0].cell_contents
+        assert frozen_base.frozen_below(ref_model) == LAYERS - 1
+        for i, layer in enumerate(frozen_base.decoder_layers(ref_model)):
+            layer.register_forward_hook(lambda *_, i=i: calls.append(i))
+    m = rows.response_mask
+    with torch.no_grad():
+        split = models.reference(cached)
+        assert calls == ([] if lora else [LAYERS - 1])
+        assert torch.allclose(split[m], models.reference(rows)[m], atol=1e-5)
+
+
 def test_unsplittable_models_are_refused():
     with pytest.raises(ValueError, match=r"^model.cache_frozen_activations: model type 'gemma'"):
         frozen_base.check_splittable(SimpleNamespace(config=SimpleNamespace(model_type="gemma")))

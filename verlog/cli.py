@@ -112,7 +112,8 @@ def eval_main(argv: list[str] | None = None) -> None:
     ``random`` instead of a checkpoint plays uniformly random valid actions (the floor).
 
     Uses the run's own config (``config.yaml`` beside or above the checkpoint) when there is one, so
-    evaluation builds prompts with the memory the policy was trained with.
+    evaluation builds prompts with the memory the policy was trained with. Replies come from the
+    configured ``rollout.engine`` (``rollout.engine=vllm`` serves them with vLLM and its prefix cache).
     """
     parser = _Parser(prog="verlog-eval", description="Evaluate a checkpoint on fixed seeds (one task or BALROG's suite).")
     parser.add_argument("checkpoint", help="a checkpoint's actor directory, a checkpoint or run directory, a model (directory, "
@@ -152,15 +153,16 @@ def eval_main(argv: list[str] | None = None) -> None:
     if is_random:
         policy = RandomPolicy(cfg.eval.seed)
     else:
+        from verlog.engine_lifecycle import make_rollout_engine
         from verlog.model_sources import resolve_model
         from verlog.models import ModelLoadError, load_tokenizer
-        from verlog.rollout.hf import HFEngine
+        from verlog.rollout.engine import EngineConfigError
 
         try:
             model_path = resolve_model(cfg.model.path, cfg.model.cache_dir)
             tokenizer = load_tokenizer(model_path)
-            engine = HFEngine(model_path, tokenizer, seed=cfg.seed)
-        except ModelLoadError as err:
+            engine = make_rollout_engine(cfg, model_path, tokenizer, rank=0)  # the run's rollout.engine
+        except (ModelLoadError, EngineConfigError) as err:
             _fail(str(err).splitlines()[0])
         sampling = sampling_params(cfg.rollout, greedy=cfg.eval.greedy)
         from dataclasses import replace

@@ -161,7 +161,9 @@ def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_pa
 def _reference(cfg: TrainConfig, actor: Any, initial_path: str | Path,
                dtype: torch.dtype) -> Callable[[Rows], torch.Tensor]:
     """Rows -> the reference policy's logprobs: the frozen initial policy, or with LoRA the actor
-    with its adapters disabled (the base weights)."""
+    with its adapters disabled (the base weights). With ``model.cache_frozen_activations`` the frozen
+    initial policy runs only its top layers on rows that carry the actor's frozen hidden states, when
+    its lower layers are the actor's."""
     if cfg.model.lora_rank:
         def disabled_adapter(rows: Rows) -> torch.Tensor:
             with actor.module.disable_adapter():
@@ -169,4 +171,8 @@ def _reference(cfg: TrainConfig, actor: Any, initial_path: str | Path,
 
         return disabled_adapter
     ref = load_actor(initial_path, dtype=dtype).to(D.device()).eval().requires_grad_(False)
+    if cfg.model.cache_frozen_activations:  # its top layers alone run on the actor's frozen hidden states
+        train_top_layers(ref, cfg.model.trainable_layers)
+        if not same_frozen_base(actor, ref):
+            setattr(ref, FROZEN_BELOW, None)
     return lambda rows: policy_outputs(ref, rows)[0]
