@@ -210,6 +210,10 @@ def trip_heavy_steps(monkeypatch) -> list[str]:
     """
     import importlib
 
+    # import the modules that bind these names first: a module first imported while the tripwires are
+    # in place would keep a tripwire after monkeypatch restores the originals, and trip later tests
+    for module_name in ("verlog.cli", "verlog.trainer", "verlog.builders", "verlog.training_models"):
+        importlib.import_module(module_name)
     called: list[str] = []
     for module_name, attr in HEAVY_STEPS:
         original = getattr(importlib.import_module(module_name), attr)
