@@ -21,10 +21,12 @@ import torch
 from verlog.logging import read_metrics
 
 #: The run: the tiny recipe's pipeline on SmolLM2 with the GPU recipes' choices (LoRA, vLLM, ZeRO-2,
-#: one turn of history, KL to the reference in the reward, entropy bonus, dual clip), two PPO
+#: one turn of history, KL to the reference in the reward, entropy bonus, dual clip) and the CPU
+#: recipes' (adapters on the top 4 layers only, the frozen layers' output shared), two PPO
 #: iterations, a checkpoint after each; the KV cache is sized from the free memory.
 SMOL_ARGS = [
-    "iterations=2", "threads=1", "model.lora_rank=8", "rollout.engine=vllm", "deepspeed.zero_stage=2",
+    "iterations=2", "threads=1", "model.lora_rank=8", "model.trainable_layers=4", "model.cache_frozen_activations=true",
+    "rollout.engine=vllm", "deepspeed.zero_stage=2",
     "env.num_envs=2", "env.vector_mode=sync", "env.instruction_style=brief", "env.max_steps=3",
     "rollout.turns_per_env=2", "rollout.max_response_tokens=6", "memory.history_turns=1",
     "memory.max_prompt_tokens=320", "ppo.critic_warmup_iterations=0", "ppo.epochs=1", "ppo.minibatches=1",
