@@ -28,6 +28,22 @@ def _restore_distributed_variables():
             os.environ[key] = value
 
 
+#: The layer count of :func:`tiny3`.
+TINY3_LAYERS = 3
+
+
+@pytest.fixture(scope="session")
+def tiny3(tmp_path_factory):
+    """A 3-layer tiny model directory (hidden size 32, 2 heads), for tests that freeze some layers."""
+    from helpers import small_corpus
+    from verlog.tiny_model import build_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny3") / "m"
+    build_tiny_model(path, small_corpus(), seed=0, vocab_size=300, hidden_size=32, num_layers=TINY3_LAYERS,
+                     num_heads=2, num_kv_heads=1, intermediate_size=64)
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """A tiny model directory built once on :func:`helpers.small_corpus` (read-only for the tests)."""

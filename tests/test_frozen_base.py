@@ -5,26 +5,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers import small_corpus
+from conftest import TINY3_LAYERS
 from verlog import distributed as D
 from verlog import frozen_base
 from verlog.config import ConfigError, load_recipe
 from verlog.config_validate import first_problem
 from verlog.preflight import check_trainable_layers
 from verlog.scoring import critic_outputs, pack_pairs, policy_outputs, with_frozen_hidden
-from verlog.tiny_model import build_tiny_model
 from verlog.training_models import build_training_models
 
 torch.set_num_threads(1)
-LAYERS = 3
-
-
-@pytest.fixture(scope="module")
-def tiny3(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny3") / "m"
-    build_tiny_model(path, small_corpus(), seed=0, vocab_size=300, hidden_size=32, num_layers=LAYERS, num_heads=2,
-                     num_kv_heads=1, intermediate_size=64)
-    return path
+LAYERS = TINY3_LAYERS
 
 
 def _cfg(k, *more):
