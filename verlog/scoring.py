@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -224,8 +224,7 @@ def with_frozen_hidden(model: Callable, rows: Rows, micro_batch_size: int) -> Ro
         if hidden is None:
             hidden = torch.zeros(M, S, h.shape[-1], dtype=h.dtype)
         hidden[idx, : h.shape[1]] = h
-    return Rows(rows.input_ids, rows.attention_mask, rows.prompt_lengths, rows.response_ids, rows.response_mask,
-                hidden, split)
+    return replace(rows, hidden=hidden, hidden_split=split)
 
 
 def _parameters(model: Callable):
