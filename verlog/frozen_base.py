@@ -26,7 +26,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 __all__ = ["FROZEN_BELOW", "SPLITTABLE_MODEL_TYPES", "backbone", "check_splittable", "decoder_layers",
-           "forward", "frozen_below", "frozen_hidden", "same_frozen_base", "unwrap"]
+           "forward", "frozen_below", "frozen_hidden", "same_frozen_base", "share_frozen_base", "unwrap"]
 
 #: The attribute of a transformers model that names the first trained layer (set by
 #: :func:`verlog.training_models.train_top_layers`): the frozen hidden states enter that layer.
@@ -172,3 +172,13 @@ def same_frozen_base(a: Any, b: Any) -> bool:
         if pa.keys() != pb.keys() or any(not torch.equal(pa[n], pb[n]) for n in pa):
             return False
     return True
+
+
+def share_frozen_base(owner: Any, model: Any) -> bool:
+    """Let ``model`` run on ``owner``'s frozen hidden states if its frozen base is ``owner``'s
+    (:func:`same_frozen_base`); otherwise mark it to run whole (:data:`FROZEN_BELOW` None).
+    Returns whether it shares them."""
+    if same_frozen_base(owner, model):
+        return True
+    setattr(unwrap(model), FROZEN_BELOW, None)
+    return False

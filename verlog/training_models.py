@@ -18,10 +18,10 @@ import torch
 
 from verlog import distributed as D
 from verlog.config import TrainConfig
-from verlog.frozen_base import FROZEN_BELOW, backbone, check_splittable, decoder_layers, same_frozen_base, unwrap
+from verlog.batch import TurnBatch
+from verlog.frozen_base import FROZEN_BELOW, backbone, check_splittable, decoder_layers, share_frozen_base, unwrap
 from verlog.lora import add_lora
 from verlog.models import load_actor, load_critic
-from verlog.batch import TurnBatch
 from verlog.scoring import Rows, policy_outputs, turn_rows, with_frozen_hidden
 
 __all__ = ["TrainingModels", "build_training_models", "train_top_layers"]
@@ -143,8 +143,7 @@ def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_pa
     models = TrainingModels(actor, critic, None, cfg.model.cache_frozen_activations)
     if models.cache_frozen_activations:
         check_splittable(actor)
-        if critic is not None and not same_frozen_base(actor, critic):
-            setattr(unwrap(critic), FROZEN_BELOW, None)  # it runs whole: its frozen layers are not the actor's
+        if critic is not None and not share_frozen_base(actor, critic):
             print("model.cache_frozen_activations: the critic's frozen layers differ from the actor's "
                   "(model.critic_path); the critic runs all its layers", flush=True)
     if resume_from is not None:
@@ -173,6 +172,5 @@ def _reference(cfg: TrainConfig, actor: Any, initial_path: str | Path,
     ref = load_actor(initial_path, dtype=dtype).to(D.device()).eval().requires_grad_(False)
     if cfg.model.cache_frozen_activations:  # its top layers alone run on the actor's frozen hidden states
         train_top_layers(ref, cfg.model.trainable_layers)
-        if not same_frozen_base(actor, ref):
-            setattr(ref, FROZEN_BELOW, None)
+        share_frozen_base(actor, ref)
     return lambda rows: policy_outputs(ref, rows)[0]
