@@ -163,7 +163,7 @@ def make_collector(cfg: TrainConfig, spec: AlgorithmSpec, engine: RolloutEngine,
     if uses_agent(cfg):
         return make_agent_collector(cfg, engine, tokenizer, pad_id=pad_id, seed=seed, group_size=group_size)
     venv = make_vector_env(cfg.env.task, cfg.env.num_envs, seed=seed, mode=cfg.env.vector_mode,
-                           env_kwargs=cfg.env.env_kwargs(), step_timeout_s=cfg.env.step_timeout_s,
+                           env_kwargs=cfg.env.env_kwargs(shaping_gamma=cfg.gae.gamma_step), step_timeout_s=cfg.env.step_timeout_s,
                            restart_attempts=cfg.env.restart_attempts, state_keys=spec.needs_state_keys)
     memories = [make_memory() for _ in range(cfg.env.num_envs)]
     sampling = sampling_params(cfg.rollout)

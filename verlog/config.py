@@ -95,10 +95,22 @@ class EnvConfig:
         60.0, "seconds one env step/reset may take; a slower env is treated as hung, restarted and its "
         "episode truncated (None: no limit)")
     restart_attempts: int = _f(3, "rebuilds in a row of a faulty env (raised, hung, dead worker) before the run stops")
+    distance_shaping: float = _f(
+        0.0, "training envs only, BabyAI go-to/pick-up/open tasks: beta of potential-based shaping (Ng et al. 1999), "
+        "each step adds gae.gamma_step*Phi(s')-Phi(s) with Phi = -beta * the agent's grid distance to the mission's "
+        "object (reward per cell; 0: off)")
 
-    def env_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`verlog.envs.make_env` for this config (defaults left out)."""
+    def env_kwargs(self, *, shaping_gamma: Optional[float] = None) -> dict[str, Any]:
+        """Keyword arguments of :func:`verlog.envs.make_env` for this config (defaults left out).
+
+        Args:
+            shaping_gamma: for the training envs, the learner's step discount (``gae.gamma_step``):
+                given, and with ``distance_shaping`` on, the shaping's arguments are included;
+                otherwise (evaluation) they are not, so evaluation returns are the task's own.
+        """
         kwargs: dict[str, Any] = {"format_penalty": self.format_penalty}
+        if shaping_gamma is not None and self.distance_shaping:
+            kwargs.update(distance_shaping=self.distance_shaping, shaping_gamma=shaping_gamma)
         if self.max_steps is not None:
             kwargs["max_steps"] = self.max_steps
         if self.instruction_style != "full":

@@ -19,7 +19,8 @@ from verlog.frozen_base import SPLITTABLE_MODEL_TYPES
 from verlog.proxy.adapter import CREDIT_MODES
 from verlog.warmup import REPLY_PREFIX
 
-__all__ = ["check_algorithm", "check_buildable", "check_reply_prefix", "check_state_keys", "check_trainable_layers"]
+__all__ = ["check_algorithm", "check_buildable", "check_distance_shaping", "check_reply_prefix", "check_state_keys",
+           "check_trainable_layers"]
 
 
 def check_algorithm(cfg: TrainConfig) -> None:
@@ -68,6 +69,29 @@ def check_state_keys(cfg: TrainConfig) -> None:
     except NotImplementedError:
         raise ConfigError(f"algo.algorithm: {cfg.algo.algorithm} groups turns by exact game state, and {cfg.env.task} "
                           "does not report a state key (TextEnv.state_key); use grpo or another algorithm") from None
+    finally:
+        env.close()
+
+
+def check_distance_shaping(cfg: TrainConfig) -> None:
+    """``env.distance_shaping`` needs a training env that can measure it (a BabyAI go-to, pick-up or
+    open task); builds one env of ``env.task`` with it and resets it to find out (nothing to check
+    when it is off).
+
+    Raises:
+        ConfigError: one line naming ``env.distance_shaping`` and the task.
+    """
+    if not cfg.env.distance_shaping or cfg.agent.loop != "env":
+        return
+    try:
+        env = make_env(cfg.env.task, **cfg.env.env_kwargs(shaping_gamma=cfg.gae.gamma_step))
+    except TypeError:
+        raise ConfigError(f"env.distance_shaping: {cfg.env.task} has no distance shaping (BabyAI's go-to, pick-up "
+                          "and open tasks have)") from None
+    try:
+        env.reset(seed=0)
+    except ValueError as exc:
+        raise ConfigError(f"env.distance_shaping: {cfg.env.task}: {exc}") from None
     finally:
         env.close()
 

@@ -42,7 +42,7 @@ from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
 from verlog.metrics import PhaseTimes, iteration_metrics, make_logger
 from verlog.models import load_tokenizer
-from verlog.preflight import check_buildable, check_state_keys
+from verlog.preflight import check_buildable, check_distance_shaping, check_state_keys
 from verlog.resume import StopSignals, load_rng_states, truncate_metrics
 from verlog.scoring import score_batch
 from verlog.training_models import build_training_models
@@ -82,6 +82,7 @@ class Trainer:
             raise ConfigError(f"gpus_per_node: {err}") from None
         check_buildable(cfg)
         check_state_keys(cfg)
+        check_distance_shaping(cfg)
         self.spec = ALGORITHMS[cfg.algo.algorithm]
         check_model_sources(cfg)  # fail fast, with one line, before any process group exists
         D.init_distributed()

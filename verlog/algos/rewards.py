@@ -5,7 +5,9 @@ A turn's reward passes through these stages, in this order:
 1. **Environment reward**, including the **format penalty**: the environment itself adds
    ``env.format_penalty`` (<= 0) to the reward of a step whose reply held no valid action
    (:class:`~verlog.envs.base.TextEnv`); the trainer receives it already inside
-   ``TurnBatch.rewards`` [T, N] and never adds it again.
+   ``TurnBatch.rewards`` [T, N] and never adds it again. Where ``env.distance_shaping`` is on, the
+   training environments (not the evaluation ones) also add the potential-based shaping term of
+   `verlog.envs.shaping.potential_shaping` to every step's reward.
 2. **Overlong penalty** (DAPO, on with ``algo.overlong_penalty``): added to each real turn's
    reward right after collection, by response length (:func:`overlong_penalty`,
    :func:`shaped_rewards`). Every estimator sees the shaped reward: GAE and the critic-free
@@ -25,6 +27,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["overlong_penalty", "shaped_rewards", "token_rewards"]
+
 
 
 def overlong_penalty(

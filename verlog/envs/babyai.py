@@ -17,6 +17,12 @@ The six actions are BALROG's: ``turn left``, ``turn right``, ``go forward``, ``p
 given to the minigrid level (so it never truncates earlier or later than the text env). Progression is
 1.0 once any step had reward > 0 (BALROG's BabyAI progression), else 0.0.
 
+Optional, for training only: ``distance_shaping`` = beta > 0 adds the potential-based shaping term
+gamma * Phi(s') - Phi(s) to every step's reward, with Phi(s) = -beta * the grid distance (|dx| + |dy|)
+from the agent to the nearest object the mission names (:func:`target_distance`;
+:func:`~verlog.envs.shaping.potential_shaping`). The positions come from the level itself, not from
+the text the agent reads. Success and progression are unaffected (they read minigrid's own reward).
+
 Registered tasks (see :data:`BABYAI_TASKS`): ``babyai/goto``, ``babyai/pickup``, ``babyai/open``,
 ``babyai/putnext``, ``babyai/pick_up_seq_go_to``, ``babyai/easy_goto``.
 """
@@ -27,6 +33,7 @@ import contextlib
 import functools
 import io
 import logging
+import math
 from typing import Any, Callable, Mapping, NamedTuple
 
 import gymnasium
@@ -40,6 +47,7 @@ from minigrid.minigrid_env import MiniGridEnv
 from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.options import instruction_builder, task_entry
 from verlog.envs.registry import register
+from verlog.envs.shaping import potential_shaping
 from verlog.envs.wording import steps
 
 __all__ = [
@@ -51,6 +59,7 @@ __all__ = [
     "build_brief_instruction",
     "describe_view",
     "make_babyai",
+    "target_distance",
 ]
 
 logger = logging.getLogger(__name__)
@@ -293,6 +302,25 @@ def _build_level(level: str | Callable[..., MiniGridEnv], max_steps: int, kwargs
     return env
 
 
+def target_distance(level: MiniGridEnv) -> int:
+    """Grid distance (|dx| + |dy|, in cells) from the agent to the nearest object its mission names.
+
+    The objects are those minigrid's verifier matched at reset (``instrs.desc.obj_poss``), so the
+    mission must name one object description: BabyAI's go-to, pick-up and open missions (``goto``,
+    ``easy_goto``, ``pickup``, ``open``); a sequence or put-next mission names several.
+
+    Raises:
+        ValueError: the level's mission names no single object description, or no object matches it.
+    """
+    desc = getattr(getattr(level, "instrs", None), "desc", None)
+    positions = getattr(desc, "obj_poss", None)
+    if not positions:
+        raise ValueError(f"{type(level).__name__}'s mission {getattr(level, 'mission', '?')!r} does not name one "
+                         "object to measure a distance to (go-to, pick-up and open missions do)")
+    x, y = level.agent_pos
+    return min(abs(int(px) - int(x)) + abs(int(py) - int(y)) for px, py in positions)
+
+
 class BabyAITextEnv(TextEnv):
     """A BabyAI level as a text env (see the module docstring for the text conventions).
 
@@ -303,6 +331,9 @@ class BabyAITextEnv(TextEnv):
         level_kwargs: extra constructor arguments of the level (e.g. ``{"num_dists": 0}``).
         instruction_style: ``"full"`` (BALROG's content, the default) or ``"brief"`` (mission, actions
             and reply format only; see :func:`build_brief_instruction`).
+        distance_shaping: beta >= 0 of the distance shaping (module docstring), reward per cell;
+            0 (the default) is off.
+        shaping_gamma: the learner's step discount, the gamma of the shaping term (in [0, 1]).
 
     Attributes:
         minigrid: the raw minigrid level (for inspection and hand-made test layouts).
@@ -310,8 +341,9 @@ class BabyAITextEnv(TextEnv):
             prints "Sampling rejected: ..." for each; we silence the print and count them instead).
 
     Raises:
-        ValueError: unknown level id, bad ``max_steps``/``format_penalty``, or ``max_steps`` inside
-            ``level_kwargs``.
+        ValueError: unknown level id, bad ``max_steps``/``format_penalty``/``distance_shaping``/
+            ``shaping_gamma``, or ``max_steps`` inside ``level_kwargs``; at reset, a shaped level whose
+            mission names no single object (:func:`target_distance`).
         TypeError: level kwargs the level does not accept.
     """
 
@@ -323,8 +355,17 @@ class BabyAITextEnv(TextEnv):
         format_penalty: float = 0.0,
         level_kwargs: Mapping[str, Any] | None = None,
         instruction_style: str = "full",
+        distance_shaping: float = 0.0,
+        shaping_gamma: float = 1.0,
     ) -> None:
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
+        if not (math.isfinite(distance_shaping) and distance_shaping >= 0):
+            raise ValueError(f"distance_shaping must be a finite number >= 0, got {distance_shaping}")
+        if not 0.0 <= shaping_gamma <= 1.0:
+            raise ValueError(f"shaping_gamma must be in [0, 1], got {shaping_gamma}")
+        self.distance_shaping = float(distance_shaping)
+        self.shaping_gamma = float(shaping_gamma)
+        self._potential = 0.0
         self._build_instruction = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         kwargs = dict(level_kwargs or {})
         if "max_steps" in kwargs:
@@ -384,13 +425,20 @@ class BabyAITextEnv(TextEnv):
         self._mission = str(self.minigrid.mission)
         self._instruction = self._build_instruction(self._mission)  # the prompt states the mission
         self._success = False
+        if self.distance_shaping:
+            self._potential = -self.distance_shaping * target_distance(self.minigrid)
         return _render(obs["image"]), {"mission": self._mission}
 
     def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, _ = self.minigrid.step(BABYAI_ACTIONS[action])
         if reward > 0:
             self._success = True
-        return _render(obs["image"]), float(reward), terminated, truncated, {"mission": self.mission}
+        reward = float(reward)
+        if self.distance_shaping:
+            potential = -self.distance_shaping * target_distance(self.minigrid)
+            reward += potential_shaping(self._potential, potential, self.shaping_gamma, bool(terminated))
+            self._potential = potential
+        return _render(obs["image"]), reward, terminated, truncated, {"mission": self.mission}
 
 
 def make_babyai(
@@ -400,6 +448,8 @@ def make_babyai(
     format_penalty: float = 0.0,
     level_kwargs: Mapping[str, Any] | None = None,
     instruction_style: str = "full",
+    distance_shaping: float = 0.0,
+    shaping_gamma: float = 1.0,
 ) -> BabyAITextEnv:
     """Build the BabyAI task ``task`` (a key of :data:`BABYAI_TASKS`).
 
@@ -409,6 +459,7 @@ def make_babyai(
         format_penalty: see :class:`~verlog.envs.base.TextEnv`.
         level_kwargs: extra constructor arguments of the minigrid level.
         instruction_style: ``"full"`` or ``"brief"`` (see :class:`BabyAITextEnv`).
+        distance_shaping, shaping_gamma: the training-only distance shaping (see :class:`BabyAITextEnv`).
 
     Raises:
         ValueError: unknown task (the message lists the known ones), or bad arguments.
@@ -420,6 +471,8 @@ def make_babyai(
         format_penalty=format_penalty,
         level_kwargs=level_kwargs,
         instruction_style=instruction_style,
+        distance_shaping=distance_shaping,
+        shaping_gamma=shaping_gamma,
     )
 
 
