@@ -6,6 +6,8 @@ import hashlib
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from minigrid.core.constants import DIR_TO_VEC
+
 from verlog.envs.base import TextEnv
 from verlog.envs.registry import is_registered, register
 from verlog.rollout.engine import Generation, SamplingParams
@@ -192,3 +194,29 @@ def model_weights(path: Path) -> dict[str, Any]:
     from safetensors.torch import load_file
 
     return load_file(str(path / "model.safetensors"))
+
+
+def face_from_distance(env: Any, target: tuple[int, int], distance: int) -> None:
+    """BabyAI: put the agent `distance` cells from `target` in a straight line, facing it, path empty."""
+    tx, ty = target
+    for direction in range(4):
+        dx, dy = DIR_TO_VEC[direction]
+        cells = [(tx - dx * k, ty - dy * k) for k in range(1, distance + 1)]
+        if all(1 <= x < env.minigrid.width - 1 and 1 <= y < env.minigrid.height - 1 for x, y in cells):
+            if all(env.minigrid.grid.get(x, y) is None for x, y in cells):
+                env.minigrid.agent_pos, env.minigrid.agent_dir = cells[-1], direction
+                return
+    raise AssertionError(f"no free straight approach of length {distance} to {target}")
+
+
+def red_ball(env: Any) -> tuple[int, int]:
+    """BabyAI: the position of the only red ball of the level."""
+    grid = env.minigrid.grid
+    hits = [
+        (x, y)
+        for x in range(grid.width)
+        for y in range(grid.height)
+        if (c := grid.get(x, y)) is not None and (c.type, c.color) == ("ball", "red")
+    ]
+    assert len(hits) == 1
+    return hits[0]

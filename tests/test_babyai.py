@@ -7,8 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import trace_digest
-from minigrid.core.constants import DIR_TO_VEC
+from helpers import face_from_distance, red_ball, trace_digest
 from minigrid.core.grid import Grid
 from minigrid.core.world_object import Ball, Box, Door, Key, Wall
 
@@ -128,37 +127,12 @@ def test_describe_view_on_a_hand_encoded_image():
 
 
 # ----------------------------------------------------------------------------- TextEnv contract
-def _face_from_distance(env: BabyAITextEnv, target: tuple[int, int], distance: int) -> None:
-    """Put the agent `distance` cells from `target` in a straight line, facing it, path empty."""
-    tx, ty = target
-    for direction in range(4):
-        dx, dy = DIR_TO_VEC[direction]
-        cells = [(tx - dx * k, ty - dy * k) for k in range(1, distance + 1)]
-        if all(1 <= x < env.minigrid.width - 1 and 1 <= y < env.minigrid.height - 1 for x, y in cells):
-            if all(env.minigrid.grid.get(x, y) is None for x, y in cells):
-                env.minigrid.agent_pos, env.minigrid.agent_dir = cells[-1], direction
-                return
-    raise AssertionError(f"no free straight approach of length {distance} to {target}")
-
-
-def _red_ball(env: BabyAITextEnv) -> tuple[int, int]:
-    grid = env.minigrid.grid
-    hits = [
-        (x, y)
-        for x in range(grid.width)
-        for y in range(grid.height)
-        if (c := grid.get(x, y)) is not None and (c.type, c.color) == ("ball", "red")
-    ]
-    assert len(hits) == 1
-    return hits[0]
-
-
 def test_invalid_reply_runs_default_action_with_notice_and_added_penalty():
     penalised = make_env("babyai/easy_goto", format_penalty=-0.1)
     clean = make_env("babyai/easy_goto")
     for env in (penalised, clean):
         env.reset(seed=11)
-        _face_from_distance(env, _red_ball(env), 2)  # one "go forward" reaches the ball
+        face_from_distance(env, red_ball(env), 2)  # one "go forward" reaches the ball
     obs, reward, terminated, truncated, info = penalised.step("I refuse to choose.")
     _, clean_reward, *_ = clean.step("ACTION: go forward")
     assert info["action"] == "go forward" and info["action_valid"] is False
@@ -190,7 +164,7 @@ def test_success_terminates_with_minigrid_reward_and_progression():
     env = make_env("babyai/easy_goto")
     _, info = env.reset(seed=5)
     assert info["progression"] == 0.0 and info["success"] is False
-    _face_from_distance(env, _red_ball(env), 3)  # two "go forward" steps
+    face_from_distance(env, red_ball(env), 3)  # two "go forward" steps
     _, r1, te1, tr1, info1 = env.step("ACTION: go forward")
     assert (r1, te1, tr1, info1["progression"], info1["success"]) == (0.0, False, False, 0.0, False)
     _, r2, te2, tr2, info2 = env.step("ACTION: go forward")
@@ -204,7 +178,7 @@ def test_success_terminates_with_minigrid_reward_and_progression():
 def test_success_on_the_last_allowed_step_is_terminated_not_truncated():
     env = make_env("babyai/easy_goto", max_steps=1)
     env.reset(seed=5)
-    _face_from_distance(env, _red_ball(env), 2)
+    face_from_distance(env, red_ball(env), 2)
     _, reward, terminated, truncated, _ = env.step("ACTION: go forward")
     assert reward == pytest.approx(1 - 0.9 * 1 / 1)
     assert terminated and not truncated
@@ -214,7 +188,7 @@ def test_step_limit_truncates():
     env = make_env("babyai/easy_goto", max_steps=3)
     env.reset(seed=5)
     assert env.minigrid.max_steps == 3
-    ball = _red_ball(env)
+    ball = red_ball(env)
     # Stand in a corner far from the ball facing a wall; turning can never face the ball.
     corner = (1, 1) if ball[0] + ball[1] > 6 else (6, 6)
     env.minigrid.agent_pos, env.minigrid.agent_dir = corner, NORTH if corner == (1, 1) else SOUTH
@@ -365,14 +339,14 @@ def test_pick_up_then_go_to_needs_the_right_order():
     to_pick = instr.instr_a.desc.obj_set[0]
     to_reach = instr.instr_b.desc.obj_set[0]
     # Going to the target first does not count ("drop" while facing an object changes nothing).
-    _face_from_distance(env, tuple(to_reach.cur_pos), 1)
+    face_from_distance(env, tuple(to_reach.cur_pos), 1)
     _, reward, terminated, *_ = env.step("ACTION: drop")
     assert (reward, terminated) == (0.0, False)
-    _face_from_distance(env, tuple(to_pick.cur_pos), 1)
+    face_from_distance(env, tuple(to_pick.cur_pos), 1)
     obs, reward, terminated, *_ = env.step("ACTION: pick up")
     assert (reward, terminated) == (0.0, False)
     assert obs.split("\n")[-1] == f"You carry a {to_pick.color} {to_pick.type}"
-    _face_from_distance(env, tuple(to_reach.cur_pos), 1)
+    face_from_distance(env, tuple(to_reach.cur_pos), 1)
     _, reward, terminated, truncated, info = env.step("ACTION: drop")  # blocked: still carrying
     assert terminated and not truncated and info["success"]
     assert reward == pytest.approx(1 - 0.9 * 3 / 128)

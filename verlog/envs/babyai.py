@@ -365,7 +365,6 @@ class BabyAITextEnv(TextEnv):
             raise ValueError(f"shaping_gamma must be in [0, 1], got {shaping_gamma}")
         self.distance_shaping = float(distance_shaping)
         self.shaping_gamma = float(shaping_gamma)
-        self._potential = 0.0
         self._build_instruction = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         kwargs = dict(level_kwargs or {})
         if "max_steps" in kwargs:
@@ -426,18 +425,21 @@ class BabyAITextEnv(TextEnv):
         self._instruction = self._build_instruction(self._mission)  # the prompt states the mission
         self._success = False
         if self.distance_shaping:
-            self._potential = -self.distance_shaping * target_distance(self.minigrid)
+            target_distance(self.minigrid)  # a mission without one object is refused at reset, not mid-episode
         return _render(obs["image"]), {"mission": self._mission}
 
+    def _potential(self) -> float:
+        """Phi of the current state: -distance_shaping x :func:`target_distance` (reward units)."""
+        return -self.distance_shaping * target_distance(self.minigrid)
+
     def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        potential = self._potential() if self.distance_shaping else 0.0
         obs, reward, terminated, truncated, _ = self.minigrid.step(BABYAI_ACTIONS[action])
         if reward > 0:
             self._success = True
         reward = float(reward)
         if self.distance_shaping:
-            potential = -self.distance_shaping * target_distance(self.minigrid)
-            reward += potential_shaping(self._potential, potential, self.shaping_gamma, bool(terminated))
-            self._potential = potential
+            reward += potential_shaping(potential, self._potential(), self.shaping_gamma, bool(terminated))
         return _render(obs["image"]), reward, terminated, truncated, {"mission": self.mission}
 
 
