@@ -101,3 +101,35 @@ def test_collector_counts_a_fault_and_bootstraps_from_the_last_good_observation(
     assert batch.truncated[:, 0].tolist() == [False, True, False, False] and not batch.terminated.any()
     assert (1, 0) in batch.bootstrap_prompts  # valued on the last good observation "count 1"
     assert "count 1" in tok.decode(batch.bootstrap_prompts[(1, 0)]) and len(stats.episodes) == 1
+
+
+@pytest.mark.parametrize("when", ["before_step", "before_reset"])
+def test_worker_killed_from_outside_between_calls_is_replaced(when):
+    # SIGKILL of a real, idle worker process: the next command cannot even be sent (broken pipe).
+    import os
+    import signal
+
+    vec = make_vector_env("test/count", 2, seed=5, mode="async", env_kwargs={"max_steps": 50}, step_timeout_s=2.0)
+    try:
+        vec.reset()
+        vec.step(["wait", "wait"])
+        worker = vec.unwrapped.processes[1]
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(timeout=10)
+        assert worker.exitcode == -signal.SIGKILL
+        if when == "before_step":
+            obs, rew, term, trunc, infos = vec.step(["wait", "wait"])
+            assert trunc.tolist() == [False, True] and not term.any() and rew[1] == 0.0
+            assert final_observations(infos, 2)[1] == "count 1"  # the last good observation
+            assert obs[0] == "count 2" and obs[1] == "count 0"
+        else:
+            obs, infos = vec.reset(seed=9)
+            assert list(obs) == ["count 0", "count 0"]
+        counts = count_faults(infos)
+        assert (counts.faults, counts.restarts) == (1, 1)
+        assert "worker 1 died" in counts.messages[0] and "BrokenPipeError" in counts.messages[0]
+        assert vec.unwrapped.processes[1].is_alive() and vec.unwrapped.processes[1].pid != worker.pid
+        obs, rew, term, trunc, infos = vec.step(["wait", "wait"])  # healthy afterwards
+        assert count_faults(infos).faults == 0 and not trunc.any()
+    finally:
+        vec.close()

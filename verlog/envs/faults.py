@@ -10,8 +10,9 @@ Two layers, both reporting through the ``info`` dicts so the collector counts ev
   ``reset`` (gymnasium's same-step autoreset) rebuilds the env via the registry with the same kwargs
   and resets it with a fresh deterministic seed.
 * :class:`SupervisedAsyncVectorEnv` (``async`` mode) handles what cannot be caught in-process: a
-  worker that died (``os._exit``, segfault) or a step stuck past :func:`backstop_seconds` (e.g. in C
-  code). It kills that worker, starts a new one and reports the same truncated step for it only.
+  worker that died (``os._exit``, segfault, SIGKILL from outside, during a call or between calls) or a
+  step stuck past :func:`backstop_seconds` (e.g. in C code). It kills that worker, starts a new one and
+  reports the same truncated step for it only.
 
 Info keys, present only on infos of calls that had an event: :data:`FAULTS_KEY` (int, faults in this
 call), :data:`RESTARTS_KEY` (int, env rebuilds in this call), :data:`FAULT_KEY` (str, what happened).
@@ -34,8 +35,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import gymnasium
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+from gymnasium.error import AlreadyPendingCallError
 from gymnasium.vector.async_vector_env import AsyncState, _async_worker
-from gymnasium.vector.utils import CloudpickleWrapper, clear_mpi_env_vars, concatenate
+from gymnasium.vector.utils import CloudpickleWrapper, clear_mpi_env_vars, concatenate, iterate
 
 from verlog.envs.registry import make_env
 
@@ -214,6 +216,7 @@ class SupervisedAsyncVectorEnv(AsyncVectorEnv):
         self._first_seeds: list[int] = [i for i in range(self.num_envs)]
         self._worker_restarts = [0] * self.num_envs
         self._last: list[tuple[str, dict[str, Any]]] = [("", {})] * self.num_envs
+        self._unsent: dict[int, str] = {}  # worker -> why its last command could not be sent
 
     # -------------------------------------------------------------- worker management
     def _start_worker(self, i: int) -> None:
@@ -266,9 +269,9 @@ class SupervisedAsyncVectorEnv(AsyncVectorEnv):
             self._start_worker(i)
             self._worker_restarts[i] += 1
             seed = restart_seed(self._first_seeds[i], self._worker_restarts[i], salt=1)
-            self.parent_pipes[i].send(("reset", {"seed": seed, "options": None}))
+            self._send(i, ("reset", {"seed": seed, "options": None}))
             deadline = None if self.backstop_s is None else time.monotonic() + self.backstop_s
-            result, why = self._receive(i, deadline)
+            result, why = self._gather(i, deadline)
             if result is not None:
                 obs, info = result
                 info = dict(info)
@@ -278,12 +281,58 @@ class SupervisedAsyncVectorEnv(AsyncVectorEnv):
             reason = why
         raise EnvFaultError(f"worker {i}: {self.restart_attempts} restarts failed in a row; last: {reason}")
 
+    def _send(self, i: int, message: tuple[str, Any]) -> None:
+        """Send a command to worker ``i``; a worker that is already gone (killed between calls: the pipe is
+        broken) is remembered and replaced by the next ``*_wait`` instead of failing the whole vector env."""
+        try:
+            self.parent_pipes[i].send(message)
+        except (BrokenPipeError, ConnectionError, EOFError, OSError) as err:
+            code = self.processes[i].exitcode
+            self._unsent[i] = f"worker {i} died (exit code {code}, {type(err).__name__} on {message[0]})"
+
+    def _gather(self, i: int, deadline: float | None) -> tuple[Any, str]:
+        """Worker ``i``'s reply to the last command, or ``(None, reason)`` (see :meth:`_receive`)."""
+        if i in self._unsent:
+            return None, self._unsent.pop(i)
+        return self._receive(i, deadline)
+
     # -------------------------------------------------------------- reset / step
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict | None = None) -> None:
-        """As gymnasium's; remembers each env's seed to derive restart seeds from."""
+        """As gymnasium's (``options["reset_mask"]`` included); remembers each env's seed to derive restart
+        seeds from, and a worker found dead when its reset is sent is replaced in :meth:`reset_wait`."""
         if isinstance(seed, (int, np.integer)):
             self._first_seeds = [int(seed) + i for i in range(self.num_envs)]
-        super().reset_async(seed=seed, options=options)
+        if options is not None and "reset_mask" in options:
+            super().reset_async(seed=seed, options=options)
+            return
+        self._assert_is_running()
+        if self._state != AsyncState.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"Calling `reset_async` while waiting for a pending call to `{self._state.value}` to complete",
+                str(self._state.value))
+        if seed is None:
+            seeds: list[int | None] = [None] * self.num_envs
+        elif isinstance(seed, (int, np.integer)):
+            seeds = [int(seed) + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != self.num_envs:
+                raise ValueError(f"reset got {len(seeds)} seeds for {self.num_envs} envs")
+        for i, env_seed in enumerate(seeds):
+            self._send(i, ("reset", {"seed": env_seed, "options": options}))
+        self._state = AsyncState.WAITING_RESET
+
+    def step_async(self, actions: Any) -> None:
+        """As gymnasium's, but a worker found dead when its action is sent is replaced in :meth:`step_wait`
+        (its step becomes a truncated fault step) instead of raising ``BrokenPipeError``."""
+        self._assert_is_running()
+        if self._state != AsyncState.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"Calling `step_async` while waiting for a pending call to `{self._state.value}` to complete.",
+                str(self._state.value))
+        for i, action in enumerate(iterate(self.action_space, actions)):
+            self._send(i, ("step", action))
+        self._state = AsyncState.WAITING_STEP
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Gather every worker's reset; a dead/stuck worker is replaced (counted in its info)."""
@@ -292,7 +341,7 @@ class SupervisedAsyncVectorEnv(AsyncVectorEnv):
         infos: dict[str, Any] = {}
         observations = []
         for i in range(self.num_envs):
-            result, reason = self._receive(i, deadline)
+            result, reason = self._gather(i, deadline)
             if result is None:
                 obs, info = self._restart(i, reason)
                 info[FAULTS_KEY] = info.get(FAULTS_KEY, 0) + 1
@@ -312,7 +361,7 @@ class SupervisedAsyncVectorEnv(AsyncVectorEnv):
         deadline = None if self.backstop_s is None else time.monotonic() + self.backstop_s
         observations, rewards, terms, truncs, infos = [], [], [], [], {}
         for i in range(self.num_envs):
-            result, reason = self._receive(i, deadline)
+            result, reason = self._gather(i, deadline)
             if result is None:
                 last_obs, last_info = self._last[i]
                 obs, reset_info = self._restart(i, reason)
