@@ -38,6 +38,7 @@ def init_distributed() -> None:
         os.environ.setdefault("LOCAL_RANK", os.environ["RANK"] if os.environ["WORLD_SIZE"] == "1" else "0")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    skip_cpu_shm_op()  # before DeepSpeed builds its comm backend, also on a group made by someone else
     if dist.is_available() and dist.is_initialized():
         return
     import deepspeed
@@ -51,6 +52,29 @@ def init_distributed() -> None:
         release(None)
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
                                verbose=False)
+
+
+#: DeepSpeed's shared-memory all-reduce op on its CPU accelerator (a C++ op compiled on first use).
+CPU_SHM_OP = "deepspeed_shm_comm"
+
+
+def skip_cpu_shm_op() -> None:
+    """Keep DeepSpeed from compiling its CPU shared-memory comm op; no-op unless its accelerator is the CPU.
+
+    On the CPU accelerator every DeepSpeed comm backend (``deepspeed.comm.torch.TorchBackend``, made by
+    ``deepspeed.init_distributed`` and again by ``deepspeed.initialize`` when none exists) JIT-compiles
+    ``deepspeed_shm_comm`` when DeepSpeed's op table calls it compatible: minutes of C++ build, a compiler, a
+    build per virtualenv, and a lock file in torch's extensions cache that, left by a killed build, makes
+    every later run wait on it forever. The op serves only ``inference_all_reduce`` (tensor-parallel
+    inference); training's collectives go through torch.distributed (gloo on the CPU) either way. Marking the
+    op incompatible in DeepSpeed's op table (``deepspeed.ops.__compatible_ops__``, one dict kept for the
+    process) makes the backend skip it, as it does on platforms without the op.
+    """
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    if get_accelerator().device_name() == "cpu":
+        deepspeed.ops.__compatible_ops__[CPU_SHM_OP] = False
 
 
 def rank() -> int:
@@ -168,6 +192,7 @@ def make_engine(model: torch.nn.Module, *, lr: float, weight_decay: float, confi
     """
     import deepspeed
 
+    skip_cpu_shm_op()  # deepspeed.initialize makes a comm backend when none exists yet
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
