@@ -1,25 +1,82 @@
-"""Learning curves from a run's ``metrics.jsonl`` (matplotlib, headless)."""
+"""Learning curves from a run's ``metrics.jsonl`` (matplotlib, headless).
+
+Six panels against environment turns, each y-axis labelled with its unit; the critic pre-training
+iterations (value-only, the actor frozen) are a shaded band named in the legend; the title names the
+run, its task and algorithm (from the run's ``config.yaml``/``eval.json`` when present). A series of a
+few points is drawn with markers, so a run of one iteration still shows its point; a metric the run did
+not log (e.g. explained variance without a critic) says so in its panel.
+"""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
+from typing import Any
 
 import matplotlib
+import yaml
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
-from verlog.logging import read_metrics  # noqa: E402
+from verlog.logging import PHASES, read_metrics  # noqa: E402
 
+#: (metric key, panel title, y-axis label with its unit)
 PANELS = (
-    ("episode/success", "training episode success"),
-    ("episode/return", "training episode return"),
-    ("episode/length", "episode length (steps)"),
-    ("critic/explained_variance", "critic explained variance"),
-    ("actor/entropy", "policy entropy (nats/token)"),
-    ("rollout/invalid_action_rate", "invalid-action rate"),
+    ("episode/success", "training episode success", "success rate (fraction of episodes)"),
+    ("episode/return", "training episode return", "return (reward per episode)"),
+    ("episode/length", "episode length", "length (env steps per episode)"),
+    ("critic/explained_variance", "critic explained variance", "explained variance (1 = exact; unitless)"),
+    ("actor/entropy", "policy entropy", "entropy (nats/token)"),
+    ("rollout/invalid_action_rate", "invalid-action rate", "invalid replies (fraction of turns)"),
 )
+#: Series with fewer points than this are drawn with markers (a line needs two points to show).
+MARKERS_BELOW = 20
+
+
+def run_title(run_dir: Path) -> str:
+    """``<run name> · <task> · <algorithm>`` from the run's ``config.yaml`` (and ``eval.json``'s task,
+    which names tool tasks ``agent/<task>``); parts the run directory lacks are left out."""
+    parts = [run_dir.name]
+    cfg: dict[str, Any] = {}
+    if (run_dir / "config.yaml").is_file():
+        loaded = yaml.safe_load((run_dir / "config.yaml").read_text())
+        cfg = loaded if isinstance(loaded, dict) else {}
+        parts = [str(cfg.get("name", run_dir.name))]
+    task = None
+    if (run_dir / "eval.json").is_file():
+        task = json.loads((run_dir / "eval.json").read_text()).get("task")
+    task = task or (cfg.get("env") or {}).get("task")
+    algorithm = (cfg.get("algo") or {}).get("algorithm")
+    return " · ".join(str(p) for p in (*parts, task, algorithm) if p)
+
+
+def curves_figure(rows: list[dict[str, Any]], title: str) -> Figure:
+    """The six-panel figure of ``rows`` (``metrics.jsonl`` rows, in iteration order) titled ``title``."""
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
+    warm_end = max((r["turns"] for r in rows if r.get("phase") == "critic_warmup"), default=None)
+    for ax, (key, title_, ylabel) in zip(axes.flat, PANELS):
+        pts = [(r["turns"], r[key]) for r in rows if r.get(key) is not None and not _nan(r[key])]
+        if warm_end is not None:
+            ax.axvspan(0, warm_end, color="0.9", label=PHASES["critic_warmup"])
+        if pts:
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, lw=1.2, marker="o" if len(pts) < MARKERS_BELOW else None, ms=4, label=key)
+        else:
+            ax.text(0.5, 0.5, "not logged in this run", ha="center", va="center", transform=ax.transAxes,
+                    color="0.4")
+        ax.set_title(title_, fontsize=10)
+        ax.set_xlabel("environment turns")
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.grid(alpha=0.3)
+    if warm_end is not None:  # one legend names the band (it is the same on every panel)
+        axes.flat[0].legend(handles=[h for h in axes.flat[0].get_legend_handles_labels()[0]
+                                     if h.get_label() == PHASES["critic_warmup"]], fontsize=8, loc="best")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
 
 
 def plot_run(run_dir: Path, out: Path | None = None) -> list[Path]:
@@ -30,20 +87,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> list[Path]:
     """
     rows = read_metrics(run_dir / "metrics.jsonl")
     out = out or run_dir / "curves.png"
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
-    warm_end = max((r["turns"] for r in rows if r.get("phase") == "critic_warmup"), default=None)
-    for ax, (key, title) in zip(axes.flat, PANELS):
-        pts = [(r["turns"], r[key]) for r in rows if r.get(key) is not None and not _nan(r[key])]
-        if pts:
-            xs, ys = zip(*pts)
-            ax.plot(xs, ys, lw=1.2)
-        if warm_end is not None:
-            ax.axvspan(0, warm_end, color="0.9", label="critic warm-up")
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("environment turns")
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"{run_dir.name}", fontsize=11)
-    fig.tight_layout()
+    fig = curves_figure(rows, run_title(run_dir))
     fig.savefig(out, dpi=90)
     plt.close(fig)
     return [out]
