@@ -26,6 +26,7 @@ from verlog.rollout.collector import FixedTurnCollector
 from verlog.rollout.conversations import ProxyCollector, ToolLoopCollector
 from verlog.rollout.engine import RolloutEngine, SamplingParams
 from verlog.rollout.episodes import EpisodeCollector
+from verlog.rollout.records import EpisodeRecord
 from verlog.tiny_model import build_tiny_model
 from verlog.training_models import train_top_layers
 from verlog.warmup import WarmupExample, collect_prompts, env_corpus, format_warmup
@@ -136,7 +137,7 @@ def run_format_warmup(cfg: TrainConfig, tokenizer: Any, make_memory: Callable[[]
                                        env_kwargs=cfg.env.env_kwargs())
         losses = format_warmup(model, lambda s: tokenizer.encode(s, add_special_tokens=False),
                                int(tokenizer.eos_token_id), int(tokenizer.pad_token_id), examples, steps=fw.steps,
-                               batch_size=fw.batch_size, lr=fw.lr, seed=cfg.seed)
+                               batch_size=fw.batch_size, lr=fw.lr, seed=cfg.seed, progress=cfg.logging.progress)
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)
@@ -175,12 +176,14 @@ def make_collector(cfg: TrainConfig, spec: AlgorithmSpec, engine: RolloutEngine,
 
 
 def evaluate_policy(cfg: TrainConfig, engine: RolloutEngine, tokenizer: Any, collector: Any, *,
-                    greedy: bool) -> EvalResult:
+                    greedy: bool, on_episode: Callable[[EpisodeRecord], None] | None = None) -> EvalResult:
     """Fixed-seed evaluation of the run's current policy: :func:`evaluate_config` on the text env, or
-    :func:`evaluate_agent` through the run's own tool loop or agent."""
+    :func:`evaluate_agent` through the run's own tool loop or agent.
+
+    ``on_episode`` gets each episode's record as it ends (tool tasks: all of them at the end)."""
     if uses_agent(cfg):
-        return evaluate_agent(cfg, collector, greedy=greedy)
-    return evaluate_config(cfg, engine, tokenizer, greedy=greedy)
+        return evaluate_agent(cfg, collector, greedy=greedy, on_episode=on_episode)
+    return evaluate_config(cfg, engine, tokenizer, greedy=greedy, on_episode=on_episode)
 
 
 def eval_payload(cfg: TrainConfig, eval_results: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -212,16 +215,17 @@ def decoder(tokenizer: Any) -> Callable[[list[list[int]]], list[str]]:
     return lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True)
 
 
-def evaluate_config(cfg: TrainConfig, engine: RolloutEngine, tokenizer: Any, *, greedy: bool) -> EvalResult:
+def evaluate_config(cfg: TrainConfig, engine: RolloutEngine, tokenizer: Any, *, greedy: bool,
+                    on_episode: Callable[[EpisodeRecord], None] | None = None) -> EvalResult:
     """Fixed-seed evaluation of ``engine``'s policy on ``cfg.env.task`` with the run's memory and
     decoding limits (``cfg.eval``: episodes, first seed, parallel envs); sampled decoding is seeded
-    from ``cfg.eval.seed``, so the result is reproducible."""
+    from ``cfg.eval.seed``, so the result is reproducible. ``on_episode``: see :func:`evaluate`."""
     e = cfg.eval
     # Seeded sampling: evaluating never shifts the training rollouts' random stream.
     sampling = replace(sampling_params(cfg.rollout, greedy=greedy), seed=e.seed)
     return evaluate(engine, decoder(tokenizer), memory_factory(cfg.memory, tokenizer), task=cfg.env.task,
                     episodes=e.episodes, seed=e.seed, num_envs=e.num_envs, sampling=sampling,
-                    env_kwargs=cfg.env.env_kwargs())
+                    env_kwargs=cfg.env.env_kwargs(), on_episode=on_episode)
 
 
 # ---------------------------------------------------------------------- tool tasks (agent.loop tools/proxy)
@@ -266,11 +270,14 @@ def make_agent_collector(cfg: TrainConfig, engine: Any, tokenizer: Any, *, pad_i
                           gamma=cfg.agent.credit_gamma, **common)
 
 
-def evaluate_agent(cfg: TrainConfig, collector: ToolLoopCollector | ProxyCollector, *, greedy: bool) -> EvalResult:
+def evaluate_agent(cfg: TrainConfig, collector: ToolLoopCollector | ProxyCollector, *, greedy: bool,
+                   on_episode: Callable[[EpisodeRecord], None] | None = None) -> EvalResult:
     """Fixed evaluation of a tool task: ``eval.episodes`` items made from ``eval.seed`` (never
     training's), one conversation each through the run's own loop or agent; success = the task's
-    success reward reached."""
+    success reward reached. ``on_episode`` gets every record once all conversations have ended."""
     e = cfg.eval
     items = agent_task(cfg).make_items(e.episodes, e.seed)
     records = collector.evaluate(items, greedy=greedy, seed=e.seed)
+    for record in records if on_episode is not None else ():
+        on_episode(record)
     return EvalResult.from_records(task_label(cfg), records, greedy=greedy)

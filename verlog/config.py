@@ -272,7 +272,9 @@ class LoggingConfig:
     wandb: bool = _f(False, "log to Weights & Biases")
     wandb_mode: str = _f("offline", "wandb mode: offline or online")
     wandb_project: str = _f("verlog", "wandb project")
-    progress: bool = _f(True, "show a progress bar")
+    progress: bool = _f(True, "show a progress bar: the phase, iterations, turns/s, recent success, evaluation episodes")
+    tensorboard: bool = _f(False, "also write the metrics as TensorBoard scalars to <run_dir>/tensorboard/ "
+                                  "(step = iteration)")
     dump_batch_every: int = _f(0, "save the scored batch every k iterations (0: never)")
 
 

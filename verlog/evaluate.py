@@ -165,6 +165,7 @@ def evaluate(
     num_envs: int,
     sampling: SamplingParams,
     env_kwargs: dict[str, Any] | None = None,
+    on_episode: Callable[[EpisodeRecord], None] | None = None,
 ) -> EvalResult:
     """Run ``episodes`` fixed-seed episodes of ``task`` (episode i reset with ``seed + i``).
 
@@ -174,6 +175,7 @@ def evaluate(
         make_memory: builds a fresh per-environment memory (as in training).
         sampling: greedy or sampled decoding (see :class:`ModelPolicy` for ``sampling.seed``).
         env_kwargs: keyword arguments of :func:`~verlog.envs.make_env`.
+        on_episode: called with each episode's record as soon as it ends (e.g. a progress bar).
 
     Raises:
         ValueError: ``episodes`` or ``num_envs`` is not positive.
@@ -182,5 +184,5 @@ def evaluate(
         raise ValueError(f"evaluate: episodes ({episodes}) and num_envs ({num_envs}) must be positive")
     specs = [EpisodeSpec(task, seed + i, i) for i in range(episodes)]
     records = run_episodes(specs, ModelPolicy(engine, decode, sampling), num_envs=num_envs,
-                           make_memory=make_memory, env_kwargs=env_kwargs)
+                           make_memory=make_memory, env_kwargs=env_kwargs, on_episode=on_episode)
     return EvalResult.from_records(task, records, greedy=sampling.is_greedy)

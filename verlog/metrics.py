@@ -9,7 +9,7 @@ key (prefix)                        meaning
                                     turns collected so far
 ``episode/*``                       episodes that finished in this batch: return, length, success,
                                     progression, truncated fraction; ``success_recent100`` over the
-                                    last 100 finished episodes
+                                    last 100 finished episodes, ``recent_episodes`` how many that is
 ``rollout/*``                       invalid-reply rate, turns, replies cut at ``max_response_tokens``,
                                     response length, reward, and the largest gap between behaviour and
                                     old logprobs (0 when the engine and the actor agree)
@@ -42,13 +42,14 @@ __all__ = ["PhaseTimes", "iteration_metrics", "make_logger", "mean"]
 
 
 def make_logger(cfg: TrainConfig, run_dir: Path, start_iteration: int) -> MetricLogger:
-    """The run's metric logger (``metrics.jsonl``, wandb when ``logging.wandb``, the progress bar); rank 0 only."""
+    """The run's metric logger (``metrics.jsonl``, wandb when ``logging.wandb``, TensorBoard when
+    ``logging.tensorboard``, the progress bar); rank 0 only."""
     wandb_cfg = None
     if cfg.logging.wandb:
         wandb_cfg = {"project": cfg.logging.wandb_project, "mode": cfg.logging.wandb_mode, "name": cfg.name,
                      "config": to_dict(cfg)}
     return MetricLogger(run_dir, total_iterations=cfg.iterations, start_iteration=start_iteration,
-                        wandb_config=wandb_cfg, progress=cfg.logging.progress)
+                        wandb_config=wandb_cfg, progress=cfg.logging.progress, tensorboard=cfg.logging.tensorboard)
 
 
 class PhaseTimes(dict):
@@ -105,6 +106,7 @@ def iteration_metrics(*, iteration: int, phase: str, turns_done: int, turns_all_
         "episode/success": mean([float(e.success) for e in eps]),
         "episode/progression": mean([e.progression for e in eps]),
         "episode/success_recent100": mean(list(recent_success)),
+        "episode/recent_episodes": len(recent_success),
         "episode/truncated_fraction": mean([float(e.truncated) for e in eps]),
         "rollout/invalid_action_rate": stats.invalid_actions / max(stats.turns, 1),
         "rollout/turns": stats.turns,

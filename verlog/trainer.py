@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import random
 from collections import deque
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -164,12 +165,14 @@ class Trainer:
         self.stop_signals.install()
         try:
             if self.start_iteration == 0 and cfg.eval.baseline and D.is_main():
-                self._evaluate("untrained", logger)
+                self._evaluate("untrained", logger, phase="baseline")
             if self.critic is None and cfg.ppo.critic_warmup_iterations:
                 self._say(logger, f"ppo.critic_warmup_iterations={cfg.ppo.critic_warmup_iterations} not used: "
                                   f"algo.algorithm={cfg.algo.algorithm} trains no critic")
             last = cfg.iterations
             for it in range(self.start_iteration, cfg.iterations):
+                if logger is not None:
+                    logger.phase(self.phase_of(it))
                 metrics = self.iteration(it, logger)
                 if logger is not None:
                     logger.log(metrics)
@@ -194,7 +197,7 @@ class Trainer:
                     break
             self.save_checkpoint(last)
             if D.is_main():
-                self._evaluate("trained", logger)
+                self._evaluate("trained", logger, phase="final_eval")
                 (self.run_dir / "eval.json").write_text(json.dumps(eval_payload(cfg, self.eval_results), indent=2))
         finally:
             self.stop_signals.restore()
@@ -206,7 +209,7 @@ class Trainer:
     def iteration(self, it: int, logger: MetricLogger | None = None) -> dict[str, Any]:
         """Run iteration ``it`` (0-based): collect, score, advantages, update, sync; returns its metrics row."""
         cfg, models = self.cfg, self.models
-        warm = self.critic is not None and it < cfg.ppo.critic_warmup_iterations
+        warm = self.phase_of(it) == "critic_warmup"
         times = PhaseTimes()
         with times.phase("rollout"):
             batch, stats, algo_metrics = collect_batch(
@@ -239,7 +242,7 @@ class Trainer:
             (self.run_dir / "batches").mkdir(exist_ok=True)
             scored_batch(batch, scores, adv).save(self.run_dir / "batches" / f"iter_{it + 1:06d}.pt")
         metrics = iteration_metrics(
-            iteration=it + 1, phase="critic_warmup" if warm else cfg.algo.algorithm, turns_done=self.turns_done,
+            iteration=it + 1, phase=self.phase_of(it), turns_done=self.turns_done,
             turns_all_ranks=turns, batch=batch, stats=stats, recent_success=self.recent_success,
             old_logprobs=scores.old_logprobs if scores else None, values=scores.values if scores else None,
             returns=adv.returns if adv else None, update=upd, times=times)
@@ -247,19 +250,30 @@ class Trainer:
         for message in stats.env_fault_messages:
             self._say(logger, f"iteration {it + 1}: environment fault, env restarted: {message}")
         if cfg.eval.every and (it + 1) % cfg.eval.every == 0 and D.is_main():
-            metrics["eval/success"] = self.run_eval(f"iter_{it + 1}", greedy=cfg.eval.greedy).success_mean
+            result = self.run_eval(f"iter_{it + 1}", greedy=cfg.eval.greedy, logger=logger)
+            metrics["eval/success"] = result.success_mean
         return metrics
 
+    def phase_of(self, it: int) -> str:
+        """Iteration ``it``'s phase (0-based): ``critic_warmup`` (value-only) or the algorithm's name."""
+        warm = self.critic is not None and it < self.cfg.ppo.critic_warmup_iterations
+        return "critic_warmup" if warm else self.cfg.algo.algorithm
+
     # ------------------------------------------------------------------ evaluation
-    def run_eval(self, label: str, *, greedy: bool) -> EvalResult:
-        """Evaluate the rollout engine's current policy on ``eval.episodes`` fixed seeds."""
-        result = evaluate_policy(self.cfg, self.engine, self.tokenizer, self.collector, greedy=greedy)
-        self.eval_results.setdefault(label, {})["greedy" if greedy else "sampled"] = result.summary()
+    def run_eval(self, label: str, *, greedy: bool, logger: MetricLogger | None = None,
+                 phase: str = "eval") -> EvalResult:
+        """Evaluate the rollout engine's current policy on ``eval.episodes`` fixed seeds (the episodes
+        counted on the progress bar under ``phase`` when a logger is given)."""
+        mode = "greedy" if greedy else "sampled"
+        with logger.evaluation(phase, self.cfg.eval.episodes, mode) if logger is not None else nullcontext() as tick:
+            result = evaluate_policy(self.cfg, self.engine, self.tokenizer, self.collector, greedy=greedy,
+                                     on_episode=tick)
+        self.eval_results.setdefault(label, {})[mode] = result.summary()
         return result
 
-    def _evaluate(self, label: str, logger: MetricLogger | None) -> None:
+    def _evaluate(self, label: str, logger: MetricLogger | None, phase: str) -> None:
         for greedy in (True, False):
-            r = self.run_eval(label, greedy=greedy)
+            r = self.run_eval(label, greedy=greedy, logger=logger, phase=phase)
             self._say(logger, f"{label} policy ({'greedy' if greedy else 'sampled'}): success "
                               f"{r.success_mean:.3f} ± {r.success_se:.3f} over {r.episodes} episodes")
 

@@ -9,12 +9,15 @@ model already knows such a format; with one, set ``format_warmup.steps=0``.
 from __future__ import annotations
 
 import random
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
+from tqdm import tqdm
 
 from verlog.envs import make_env
+from verlog.logging import phase_label
 from verlog.memory import completion_of
 from verlog.rollout.runner import EpisodeSpec, run_episodes
 from verlog.scoring import pack_pairs, policy_outputs
@@ -110,11 +113,12 @@ def collect_prompts(task: str, make_memory: Callable[[], Any], *, episodes: int,
 
 def format_warmup(model: torch.nn.Module, encode: Callable[[str], list[int]], eos_id: int, pad_id: int,
                   examples: list[WarmupExample], *, steps: int, batch_size: int, lr: float,
-                  seed: int) -> list[float]:
+                  seed: int, progress: bool = False) -> list[float]:
     """Supervised steps on ``<a reply drawn uniformly from the example's replies><eos>`` targets (for a
     text env ``ACTION: <random valid action>``, or the part after the prompt's reply prefix); trains
     ``model`` in place: only its parameters that require grad (frozen lower layers, as
-    ``model.trainable_layers`` leaves them, stay unchanged).
+    ``model.trainable_layers`` leaves them, stay unchanged). ``progress``: a bar of the steps (on stderr),
+    labelled with the run's phase.
 
     Returns:
         The per-step mean negative log-likelihood of the target tokens (nats/token).
@@ -127,7 +131,8 @@ def format_warmup(model: torch.nn.Module, encode: Callable[[str], list[int]], eo
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     model.train()
     losses = []
-    for _ in range(steps):
+    for _ in tqdm(range(steps), desc=phase_label("format_warmup"), disable=not progress, file=sys.stderr,
+                  leave=False, dynamic_ncols=True, unit="step"):
         picked = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
         targets = [encode(rng.choice(ex.replies)) + [eos_id] for ex in picked]
         rows = pack_pairs([ex.prompt_ids for ex in picked], targets, pad_id)
