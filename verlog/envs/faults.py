@@ -287,6 +287,7 @@ class SupervisedAsyncVectorEnv(AsyncVectorEnv):
         try:
             self.parent_pipes[i].send(message)
         except (BrokenPipeError, ConnectionError, EOFError, OSError) as err:
+            self.processes[i].join(timeout=1.0)  # its end of the pipe is closed: it is dead or dying
             code = self.processes[i].exitcode
             self._unsent[i] = f"worker {i} died (exit code {code}, {type(err).__name__} on {message[0]})"
 
@@ -298,8 +299,9 @@ class SupervisedAsyncVectorEnv(AsyncVectorEnv):
 
     # -------------------------------------------------------------- reset / step
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict | None = None) -> None:
-        """As gymnasium's (``options["reset_mask"]`` included); remembers each env's seed to derive restart
-        seeds from, and a worker found dead when its reset is sent is replaced in :meth:`reset_wait`."""
+        """As gymnasium's; remembers each env's seed to derive restart seeds from, and a worker found dead
+        when its reset is sent is replaced in :meth:`reset_wait` (a partial reset, ``options["reset_mask"]``,
+        goes to gymnasium's own ``reset_async`` unchanged)."""
         if isinstance(seed, (int, np.integer)):
             self._first_seeds = [int(seed) + i for i in range(self.num_envs)]
         if options is not None and "reset_mask" in options:
