@@ -104,23 +104,36 @@ class OpenAIProxy:
     async def serve_unless_disconnected(self, rollout_id: str, attempt: str, body: Any,
                                         disconnected: Awaitable[None]) -> dict[str, Any] | None:
         """:meth:`chat_completion`, cancelled (its generation dropped) if the awaitable ``disconnected``
-        finishes first: returns None then.
+        finishes first: returns None then. Runs in the caller's task (the reply is sent in the same
+        step as the request leaves the pause gate), which the watcher cancels.
 
         Raises:
             what :meth:`chat_completion` raises.
         """
-        work = asyncio.ensure_future(self.chat_completion(rollout_id, attempt, body))
+        task = asyncio.current_task()
+        assert task is not None
+        state = {"gone": False, "finished": False}
+
+        def client_left(watch: asyncio.Future[None]) -> None:
+            if not watch.cancelled() and not state["finished"]:
+                state["gone"] = True
+                task.cancel()
+
         watch = asyncio.ensure_future(disconnected)
+        watch.add_done_callback(client_left)
         try:
-            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-        finally:  # also when this coroutine itself is cancelled
-            watch.cancel()
-            if not work.done():
-                work.cancel()
-                self.abandoned += 1
-        if work.cancelled():
+            reply = await self.chat_completion(rollout_id, attempt, body)
+            state["finished"] = True
+            return reply
+        except asyncio.CancelledError:
+            if not state["gone"] or task.uncancel() > 0:  # cancelled from outside as well
+                raise
+            self.abandoned += 1
             return None
-        return work.result()
+        finally:
+            state["finished"] = True
+            watch.remove_done_callback(client_left)
+            watch.cancel()
 
     async def _serve(self, rollout_id: str, attempt: str, request: Any, arrived: float) -> dict[str, Any]:
         """Render, generate (after any pause), parse and record one validated request."""
