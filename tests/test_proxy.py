@@ -188,7 +188,11 @@ def test_url_tags_separate_rollouts_and_attempts_and_reward_endpoint(tok):
     ({"messages": QUESTION, "top_p": 0}, "top_p"),
     ({"messages": QUESTION, "tools": [{"type": "code"}]}, "tools"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0]"),
+    ({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[" * 5_000}}]}]},
+     "messages[0]"),
     ("not json", None),
+    ("[" * 10_000, None),  # json.loads alone raises RecursionError on this
+    ('{"messages": ' + "[" * 100 + "]" * 100 + "}", None),  # decodes, but deeper than MAX_JSON_DEPTH
 ])
 def test_bad_requests_are_400_with_one_line_openai_errors(tok, body, param):
     engine = Scripted(tok, ["hi"])
@@ -201,7 +205,7 @@ def test_bad_requests_are_400_with_one_line_openai_errors(tok, body, param):
             return await http.post(url(), json=body)
 
     r = asyncio.run(main())
-    assert r.status_code == 400
+    assert r.status_code == 400, r.text[:300]
     error = r.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == param
     assert error["message"] and "\n" not in error["message"]
@@ -405,3 +409,134 @@ def test_load_benchmark_quick():
     assert last.startswith("proxy load: ") and " 0 lost, 0 duplicated" in last
     done, total = last.split()[2].split("/")
     assert done == total
+
+
+class Steps:
+    """A deterministic engine for chunking and abandonment: each prompt's next token is its last id + 1
+    (eos once ``eos_at`` is reached), logprob -id/100; ``step_s`` seconds per generated position (one
+    step serves the whole batch, as on a GPU); counts tokens generated and records each call."""
+
+    def __init__(self, eos, eos_at=10_000, step_s=0.0):
+        self.eos, self.eos_at, self.step_s = eos, eos_at, step_s
+        self.tokens, self.calls = 0, []
+
+    def generate(self, prompts, params):
+        import time
+
+        self.calls.append((len(prompts), params.max_tokens, params.seed))
+        out = []
+        for prompt in prompts:
+            ids, last = [], prompt[-1]
+            while len(ids) < params.max_tokens:
+                last = self.eos if last + 1 >= self.eos_at else last + 1
+                ids.append(last)
+                if last == self.eos:
+                    break
+            out.append(Generation(ids, [-t / 100 for t in ids], "stop" if ids[-1] == self.eos else "length"))
+        steps = max(len(g.token_ids) for g in out)
+        self.tokens += sum(len(g.token_ids) for g in out)
+        time.sleep(self.step_s * steps)
+        return out
+
+
+def test_chunked_generation_equals_one_call_and_seeds_each_chunk():
+    from verlog.proxy.worker import GenerationWorker, chunk_seed
+
+    async def run(chunk, prompts, params):
+        engine = Steps(eos=999, eos_at=100)
+        worker = GenerationWorker(engine, chunk_tokens=chunk)
+        try:
+            return await asyncio.gather(*(worker.generate(p, params) for p in prompts)), engine
+        finally:
+            await worker.close()
+
+    prompts = [[1, 2], [70], [95]]  # ends by length (40 tokens asked), and by eos after 30 and 5 tokens
+    params = SamplingParams(max_tokens=40, seed=7)
+    whole, one = asyncio.run(run(None, prompts, params))
+    chunked, many = asyncio.run(run(8, prompts, params))
+    assert [(g.token_ids, g.logprobs, g.finish_reason) for g in chunked] == \
+        [(g.token_ids, g.logprobs, g.finish_reason) for g in whole]
+    assert [g.finish_reason for g in whole] == ["length", "stop", "stop"] and len(whole[0].token_ids) == 40
+    assert one.calls == [(3, 40, 7)]
+    assert [len(g.token_ids) for g in whole] == [40, 30, 5]
+    # 5 rounds of 8 tokens for the longest; the eos-ended ones leave after 4 rounds and 1
+    assert [c[0] for c in many.calls] == [3, 2, 2, 2, 1] and {c[1] for c in many.calls} == {8}
+    assert [c[2] for c in many.calls] == [chunk_seed(7, k) for k in range(5)] and many.calls[0][2] == 7
+    assert len({chunk_seed(7, k) for k in range(100)} | {chunk_seed(8, k) for k in range(100)}) == 200
+
+
+def test_proxy_answers_within_10s_after_50_abandoned_long_requests(tok):
+    """50 clients ask 900 tokens each (distinct seeds: 50 engine calls of 900 steps, minutes of work) and
+    give up after 1 s; a new request must be answered within 10 s, and the abandoned generations
+    must stop (far fewer tokens generated than asked)."""
+    import threading
+    import time
+
+    engine = Steps(tok.eos_token_id, step_s=0.004)  # 900 steps: 3.6 s per call
+    proxy = OpenAIProxy(engine, tok)
+    with ProxyServer(proxy) as server:
+        endpoint = server.base_url("gone", 0) + "/chat/completions"
+        body = {"messages": [{"role": "user", "content": "count"}], "max_tokens": 900}
+        outcomes = []
+
+        def impatient(k):
+            try:
+                outcomes.append(httpx.post(endpoint, json=dict(body, seed=k), timeout=1.0).status_code)
+            except httpx.TimeoutException:
+                outcomes.append("gave up")
+
+        clients = [threading.Thread(target=impatient, args=(k,)) for k in range(50)]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join(30)
+        assert outcomes == ["gave up"] * 50
+        start = time.monotonic()
+        answer = httpx.post(server.base_url("next", 0) + "/chat/completions",
+                            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}, timeout=10.0)
+        waited = time.monotonic() - start
+        assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 5
+        assert waited < 10.0
+        deadline = time.monotonic() + 10
+        while proxy.worker.abandoned < 50 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tokens_after = engine.tokens
+        time.sleep(0.5)
+        assert engine.tokens == tokens_after  # nothing is generated for the clients that left
+    assert proxy.abandoned == 50 and proxy.worker.abandoned == 50 and proxy.admitted == 0
+    assert engine.tokens < 50 * 900 / 4  # most of what they asked was never generated
+    assert proxy.recorder.keys() == [("next", "0")]
+
+
+def test_requests_beyond_max_pending_get_503_at_once(tok):
+    class Held:
+        def __init__(self):
+            self.release, self.prompts = asyncio.Event(), 0
+
+        async def generate(self, prompts, params):
+            self.prompts += len(prompts)
+            await self.release.wait()
+            return [Generation([tok.eos_token_id], [-1.0], "stop") for _ in prompts]
+
+    async def main():
+        engine = Held()
+        proxy = OpenAIProxy(engine, tok, max_pending=2)
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        async with client(proxy) as http:
+            held = [asyncio.create_task(http.post(url("a", k), json=body)) for k in range(2)]
+            while engine.prompts < 2:
+                await asyncio.sleep(0.01)
+            refused = await asyncio.wait_for(http.post(url("b", 0), json=body), 5)
+            engine.release.set()
+            served = [await t for t in held]
+            after = await http.post(url("c", 0), json=body)
+        return proxy, refused, served, after
+
+    proxy, refused, served, after = asyncio.run(main())
+    assert refused.status_code == 503
+    error = refused.json()["error"]
+    assert error["type"] == "server_error" and "max_pending 2" in error["message"] and "\n" not in error["message"]
+    assert [r.status_code for r in served] == [200, 200] and after.status_code == 200
+    assert proxy.refused == 1 and proxy.admitted == 0 and proxy.recorder.num_calls() == 3
+    with pytest.raises(ValueError, match="max_pending"):
+        OpenAIProxy(Echo(tok.eos_token_id), tok, max_pending=0)

@@ -4,20 +4,26 @@ A reply may hold reasoning (``<think>...</think>``), free text and any number of
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks. Reasoning is removed *before*
 calls are parsed, so a call the model only thought about is never run. Each block becomes a
 :class:`ToolCall`; a block that cannot be used keeps an ``error`` for the model instead of raising.
+
+Replies are untrusted text (a model under training writes anything), so parsing is linear in the
+reply's length whatever its tags (blocks are found with forward ``str.find`` scans, never a lazy regex
+that rescans the rest of the text from every unclosed tag), and a call's JSON may nest at most
+:data:`~verlog.chat.bounded_json.MAX_JSON_DEPTH` levels.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from verlog.chat.bounded_json import loads_bounded
+
 __all__ = ["ToolCall", "ParsedReply", "parse_reply", "reasoning_text", "strip_reasoning"]
 
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_OPEN_CALL = "<tool_call>"
+_THINK = ("<think>", "</think>")
+_CALL = ("<tool_call>", "</tool_call>")
+_OPEN_CALL = _CALL[0]
 
 
 @dataclass
@@ -51,10 +57,35 @@ class ParsedReply:
     calls: list[ToolCall]
 
 
+def _blocks(text: str, tags: tuple[str, str]) -> tuple[str, list[str]]:
+    """``text`` without its closed ``open...close`` blocks, and the blocks' inner texts in order.
+
+    A block runs from an opening tag to the first closing tag after it (tags inside are text); an
+    opening tag with no closing tag after it is left in the text, and so is every tag after it.
+    Linear in ``len(text)``: each scan starts where the last one ended.
+    """
+    open_tag, close_tag = tags
+    kept: list[str] = []
+    inner: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(open_tag, pos)
+        if start < 0:
+            break
+        end = text.find(close_tag, start + len(open_tag))
+        if end < 0:  # no closing tag after this one, so none after any later opening tag either
+            break
+        kept.append(text[pos:start])
+        inner.append(text[start + len(open_tag):end])
+        pos = end + len(close_tag)
+    kept.append(text[pos:])
+    return "".join(kept), inner
+
+
 def strip_reasoning(text: str) -> str:
     """``text`` without ``<think>...</think>`` blocks; an unclosed ``<think>`` removes the rest of
-    the text, a stray ``</think>`` removes everything before it. Never raises."""
-    text = _THINK.sub("", text)
+    the text, a stray ``</think>`` removes everything before it. Never raises; linear time."""
+    text = _blocks(text, _THINK)[0]
     if "</think>" in text:
         text = text.rsplit("</think>", 1)[1]
     if "<think>" in text:
@@ -64,9 +95,9 @@ def strip_reasoning(text: str) -> str:
 
 def reasoning_text(text: str) -> str:
     """The reasoning :func:`strip_reasoning` removes: the text of the ``<think>`` blocks (and before a
-    stray ``</think>``), each stripped, joined by newlines. Never raises."""
-    parts = [m.strip() for m in _THINK.findall(text)]
-    rest = _THINK.sub("", text)
+    stray ``</think>``), each stripped, joined by newlines. Never raises; linear time."""
+    rest, blocks = _blocks(text, _THINK)
+    parts = [b.strip() for b in blocks]
     if "</think>" in rest:
         parts.insert(0, rest.rsplit("</think>", 1)[0].replace("<think>", "").strip())
     return "\n".join(p for p in parts if p)
@@ -74,9 +105,11 @@ def reasoning_text(text: str) -> str:
 
 def _decode_call(raw: str) -> ToolCall:
     try:
-        obj = json.loads(raw)
+        obj = loads_bounded(raw)
     except json.JSONDecodeError as exc:
         return ToolCall("", raw=raw, error=f"malformed tool call: invalid JSON ({exc.msg} at char {exc.pos})")
+    except ValueError as exc:  # nested too deep, an integer too long to convert
+        return ToolCall("", raw=raw, error=f"malformed tool call: {' '.join(str(exc).split())}")
     if not isinstance(obj, dict):
         return ToolCall("", raw=raw, error="malformed tool call: expected a JSON object with 'name' and 'arguments'")
     name = obj.get("name")
@@ -85,8 +118,8 @@ def _decode_call(raw: str) -> ToolCall:
     arguments = obj.get("arguments", {})
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
+            arguments = loads_bounded(arguments) if arguments.strip() else {}
+        except ValueError:
             return ToolCall(name, raw=raw, error=f"malformed tool call to '{name}': 'arguments' is not JSON")
     if not isinstance(arguments, dict):
         return ToolCall(name, raw=raw, error=f"malformed tool call to '{name}': 'arguments' must be an object")
@@ -94,14 +127,17 @@ def _decode_call(raw: str) -> ToolCall:
 
 
 def parse_reply(text: str) -> ParsedReply:
-    """Parse one decoded assistant reply (without the end-of-turn token). Never raises.
+    """Parse one decoded assistant reply (without the end-of-turn token). Never raises; time linear
+    in ``len(text)``.
 
     Returns:
-        the reply's content and calls; a ``<tool_call>`` with no closing tag is a call with an error.
+        the reply's content and calls; a ``<tool_call>`` with no closing tag, JSON that does not
+        decode or nests deeper than :data:`~verlog.chat.bounded_json.MAX_JSON_DEPTH` levels is a
+        call with an error.
     """
     visible = strip_reasoning(text)
-    calls = [_decode_call(m.group(1).strip()) for m in _CALL.finditer(visible)]
-    rest = _CALL.sub("", visible)
+    rest, blocks = _blocks(visible, _CALL)
+    calls = [_decode_call(b.strip()) for b in blocks]
     if _OPEN_CALL in rest:
         head, tail = rest.split(_OPEN_CALL, 1)
         calls.append(ToolCall("", raw=tail.strip(), error="malformed tool call: missing </tool_call>"))

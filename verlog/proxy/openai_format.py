@@ -4,6 +4,8 @@ Only what the proxy serves is accepted: ``messages``, ``tools`` (function tools)
 ``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``n`` = 1 and ``stream`` false; other
 fields (``model``, ``tool_choice``, ``user``, ...) are ignored. Every rejection is a
 :class:`ProxyRequestError` with a one-line message, served as HTTP 400 with an OpenAI error body.
+JSON (the body, a tool call's arguments) may nest at most
+:data:`~verlog.chat.bounded_json.MAX_JSON_DEPTH` levels.
 """
 
 from __future__ import annotations
@@ -15,26 +17,44 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from verlog.chat.bounded_json import MAX_JSON_DEPTH, JSONDepthError, loads_bounded
 from verlog.chat.parsing import ParsedReply
 from verlog.rollout.engine import SamplingParams
 
-__all__ = ["ChatRequest", "ProxyRequestError", "error_body", "parse_chat_request", "completion_response"]
+__all__ = ["ChatRequest", "ProxyRequestError", "error_body", "parse_body", "parse_chat_request", "completion_response"]
 
 _ROLES = ("system", "user", "assistant", "tool")
 
 
 class ProxyRequestError(ValueError):
-    """A request the proxy cannot serve; ``status`` is the HTTP status (400 unless said)."""
+    """A request the proxy cannot serve; ``status`` is the HTTP status (400 unless said) and ``kind``
+    the OpenAI error type."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+    def __init__(self, message: str, param: str | None = None, status: int = 400,
+                 kind: str = "invalid_request_error") -> None:
         super().__init__(" ".join(str(message).split()))
         self.param = param
         self.status = status
+        self.kind = kind
 
 
 def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error") -> dict[str, Any]:
     """OpenAI's error object: ``{"error": {"message", "type", "param", "code"}}`` (message on one line)."""
     return {"error": {"message": " ".join(str(message).split()), "type": kind, "param": param, "code": None}}
+
+
+def parse_body(raw: bytes) -> Any:
+    """The decoded JSON of a request body.
+
+    Raises:
+        ProxyRequestError: not JSON, or nested deeper than ``MAX_JSON_DEPTH`` levels.
+    """
+    try:
+        return loads_bounded(raw)
+    except JSONDepthError:
+        raise ProxyRequestError(f"the request body nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:
+        raise ProxyRequestError("the request body is not valid JSON") from None
 
 
 @dataclass(frozen=True)
@@ -73,9 +93,10 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
         arguments = fn.get("arguments", "{}")
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError:
-                raise ProxyRequestError(f"{where}.tool_calls[{k}].function.arguments is not JSON", where) from None
+                arguments = loads_bounded(arguments) if arguments.strip() else {}
+            except ValueError as exc:
+                problem = str(exc) if isinstance(exc, JSONDepthError) else "is not JSON"
+                raise ProxyRequestError(f"{where}.tool_calls[{k}].function.arguments {problem}", where) from None
         out.append({"id": call.get("id", f"call_{k}"), "type": "function",
                     "function": {"name": fn["name"], "arguments": arguments}})
     return out
