@@ -497,15 +497,20 @@ def _snapshot(game: crafter.Env):
 
 @pytest.mark.parametrize("image_size, jump_to_night, steps", [((64, 64), 0, 220), ((256, 256), 140, 50)])
 def test_steps_equal_the_bare_crafter_env(image_size, jump_to_night, steps):
-    """Same seed and actions: our text-only crafter and crafter.Env (rendering every frame, with the
-    same ordered chunk sets) keep identical worlds, random streams, rewards and ends, also at night,
-    when crafter's renderer draws noise from the world's RNG."""
+    """Same seed and actions: our text-only crafter and crafter.Env driven as BALROG drives it (a Noop
+    step after reset, and one more ``render()`` after every step for BALROG's observation image; same
+    ordered chunk sets) keep identical worlds, random streams, rewards and ends, also at night, when
+    crafter's renderer draws noise from the world's RNG."""
     seed = 3
+    noop = constants.actions.index("noop")
     bare = crafter.Env(size=image_size, seed=seed, length=None)
     make_world_deterministic(bare)
     bare.reset()
+    bare.step(noop)
+    bare.render()
     env = make_env("crafter/default", image_size=image_size)
     env.reset(seed=seed)
+    assert env.crafter._step == 1 and env.episode_step == 0  # the reset's Noop is not an episode step
     for game in (bare, env.crafter):
         game._step += jump_to_night  # both clocks forward: night (daylight < 0.5) starts near step 150
     assert _snapshot(bare) == _snapshot(env.crafter)
@@ -515,6 +520,7 @@ def test_steps_equal_the_bare_crafter_env(image_size, jump_to_night, steps):
         action = rng.choice(ACTIONS)
         image, bare_reward, bare_done, bare_info = bare.step(constants.actions.index(CRAFTER_ACTIONS[action]))
         assert image.shape == (*image_size[::-1], 3)
+        bare.render()
         _, reward, terminated, truncated, info = env.step(f"ACTION: {action}")
         assert reward == bare_reward and terminated == bool(bare_done) and not truncated
         assert _snapshot(bare) == _snapshot(env.crafter)

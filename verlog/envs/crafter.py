@@ -18,10 +18,10 @@ North is up (crafter's ``-y``), east is right (``+x``); offsets count grid steps
   ``plant``). Walkable ground (``grass``, ``sand``, ``path``) is never listed (it is everywhere);
   cells outside the 64 x 64 map are not listed. With nothing to list the line is
   ``You see nothing nearby.``
-* Offsets are written as ``location_style="offset"`` (the default, what BALROG's wrapper runs with:
-  north/south part first, e.g. ``1 step south and 4 steps west``) or ``location_style="compass"``
-  (SmartPlay's older form: Manhattan distance plus a compass direction, ``5 steps to your
-  south-west``).
+* Offsets are written as ``location_style="offset"`` (the default: north/south part first, e.g.
+  ``1 step south and 4 steps west``; BALROG's ``precise_location`` setting, off by default) or
+  ``location_style="compass"`` (Manhattan distance plus a compass direction, ``5 steps to your
+  south-west``: what BALROG writes by default).
 * ``You face <thing> at your front.`` names the creature/object on the cell the player faces, else
   its material (including ``grass``/``sand``/``path``), or ``nothing`` beyond the map's edge.
 * The first line is ``You died.`` after the step that killed the player, and ``You are asleep: your
@@ -56,6 +56,12 @@ episode on its own. Extra ``info`` keys: ``achievements`` (sorted list of the un
 names), ``new_achievements`` (those unlocked by this step) and ``episode_seed`` (the int that
 reproduces this episode through ``reset(seed=episode_seed)``).
 
+**Reset takes one Noop step**, as BALROG's wrapper does (it steps once to obtain crafter's info
+dict): the first observation is the world after that step (creatures have moved once, crafter's
+clock reads 1), which changes the first text for some seeds (3 of seeds 0-19). That step is not an
+episode step (``episode_step`` is 0 after reset and ``max_steps`` counts the agent's steps only) and
+its reward (always 0: health is full and no achievement can unlock) is dropped, as BALROG drops it.
+
 **Seeding.** Every episode has an ``episode_seed``: ``reset(seed=s)`` uses ``s``; ``reset()`` draws
 one from the env's gymnasium RNG (``self.np_random``, seeded by the last seeded reset, else by the
 OS). Crafter's world then gets the seed ``hash((episode_seed, 1)) % (2**31 - 1)``, exactly what
@@ -82,17 +88,20 @@ the same actions replays the same episode in any process. Two upstream facts mak
 none. :class:`~verlog.envs.crafter_game.TextOnlyCrafter` skips the drawing; because crafter's
 renderer draws noise from ``world.random`` at night (``daylight < 0.5``), it draws the same amount of
 numbers (an array the shape of the frame's world view) so that the random stream, and therefore the
-whole episode, is identical to ``crafter.Env(size=image_size)`` (with ordered object sets);
-``image_size`` is crafter's default ``(64, 64)`` unless given (BALROG configures ``(256, 256)``; the
-world's dynamics are the same in distribution for any size). ``tests/test_crafter.py`` checks this equality step by step, and
-``benchmarks/bench_env_crafter.py`` measures the speed-up.
+whole episode, is identical to crafter's. BALROG renders each state twice (in crafter's ``step``,
+and again for the image of its observation dict), so after every crafter step (the reset's Noop
+included) the env draws that noise once more. ``image_size`` is BALROG's ``(256, 256)`` unless given
+(the world's dynamics are the same in distribution for any size; with another size the night-time
+stream, and so the episode, differs from BALROG's). ``tests/test_crafter.py`` checks this equality
+with a rendering ``crafter.Env`` step by step, and ``benchmarks/bench_env_crafter.py`` measures the
+speed-up.
 
-Departures from BALROG's wrapper (balrog/environments/crafter/env.py): no Noop step at reset (BALROG
-took one only to obtain crafter's info dict); "You face" names grass/sand/path instead of
-"nothing" (``Place Plant`` needs grass, ``Place Table`` needs walkable ground); the nearest thing of a
-kind is chosen by full Manhattan distance (BALROG compared only the first number of the offset
-text); things beyond the map edge are skipped (BALROG's crop shifted there); the list is sorted by
-distance (BALROG listed kinds in the order its column-by-column scan first met them).
+Departures from BALROG's Crafter wrapper (with its default settings): BALROG lists the ground
+(grass, sand, path) too and writes places in the compass form; the nearest thing of a kind is chosen by Manhattan distance (as BALROG does:
+it adds up the numbers of the place text) with ties to the northern cell (BALROG's go to the
+western one); the window is cut at the map's edges (BALROG's comes out empty near the west and north
+edges); the list is sorted by distance (BALROG lists kinds in the order its column-by-column scan
+first meets them); the sleeping line is our own; item names have spaces.
 
 Registered task: ``crafter/default``.
 """
@@ -125,6 +134,8 @@ __all__ = [
 
 #: task -> BALROG step limit.
 CRAFTER_TASKS: dict[str, int] = {"default": 2000}
+#: The frame size of BALROG's crafter configuration, in pixels.
+BALROG_IMAGE_SIZE: tuple[int, int] = (256, 256)
 
 
 class CrafterTextEnv(TextEnv):
@@ -136,8 +147,8 @@ class CrafterTextEnv(TextEnv):
         instruction_style: ``"full"`` (BALROG's content) or ``"brief"`` (goal, actions, reply format).
         location_style: ``"offset"`` (default) or ``"compass"``, see
             :func:`~verlog.envs.crafter_text.describe_location`.
-        image_size: the frame size crafter would render, which sets how many random numbers its night
-            noise draws (see the module docstring); ``(64, 64)`` is crafter's default.
+        image_size: the frame size in pixels crafter would render, which sets how many random
+            numbers its night noise draws (see the module docstring); BALROG's ``(256, 256)``.
 
     Attributes:
         crafter: the underlying ``crafter.Env`` subclass (for inspection and hand-made test states).
@@ -153,7 +164,7 @@ class CrafterTextEnv(TextEnv):
         format_penalty: float = 0.0,
         instruction_style: str = "full",
         location_style: str = "offset",
-        image_size: tuple[int, int] = (64, 64),
+        image_size: tuple[int, int] = BALROG_IMAGE_SIZE,
     ) -> None:
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
         build_prompt = instruction_builder(INSTRUCTION_STYLES, instruction_style)
@@ -209,16 +220,23 @@ class CrafterTextEnv(TextEnv):
             seed = int(self.np_random.integers(0, 2**31 - 1))
         self._episode_seed = int(seed)
         self.crafter.reset_with_seed(self._episode_seed)
+        self._crafter_step(DEFAULT_ACTION)  # BALROG's Noop at reset (module docstring); its reward is dropped
         return self.describe(), self._extra_info([])
+
+    def _crafter_step(self, action: str) -> tuple[float, bool]:
+        """One crafter step as BALROG runs it: crafter's ``step``, then the noise of BALROG's second render."""
+        _, reward, done, _ = self.crafter.step(ACTION_INDEX[action])
+        self.crafter.draw_render_noise()
+        return float(reward), bool(done)
 
     def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         before = set(self.crafter._unlocked)
-        _, reward, done, _ = self.crafter.step(ACTION_INDEX[action])
+        reward, done = self._crafter_step(action)
         dead = self.crafter._player.health <= 0
         if bool(done) != dead:  # crafter's length limit is off: only death may end the game
             raise RuntimeError(f"crafter reported done={done} but player health is {self.crafter._player.health}")
         new = sorted(self.crafter._unlocked - before)
-        return self.describe(), float(reward), dead, False, self._extra_info(new)
+        return self.describe(), reward, dead, False, self._extra_info(new)
 
 
 def make_crafter(
@@ -228,7 +246,7 @@ def make_crafter(
     format_penalty: float = 0.0,
     instruction_style: str = "full",
     location_style: str = "offset",
-    image_size: tuple[int, int] = (64, 64),
+    image_size: tuple[int, int] = BALROG_IMAGE_SIZE,
 ) -> CrafterTextEnv:
     """Build the Crafter task ``task`` (a key of :data:`CRAFTER_TASKS`).
 
@@ -239,7 +257,7 @@ def make_crafter(
         instruction_style: ``"full"`` or ``"brief"``.
         location_style: ``"offset"`` or ``"compass"`` (see
             :func:`~verlog.envs.crafter_text.describe_location`).
-        image_size: see :class:`CrafterTextEnv` (``(256, 256)`` replays BALROG's configuration exactly).
+        image_size: see :class:`CrafterTextEnv` (the default is BALROG's configuration).
 
     Raises:
         ValueError: unknown task (the message lists the known ones), or bad arguments.
