@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 from crafter import objects
 
+from verlog.config import ConfigError, load_recipe
 from verlog.envs import make_env
-from verlog.envs.crafter import CRAFTER_ACTIONS, ACHIEVEMENTS, CrafterTextEnv
+from verlog.envs.crafter import ACHIEVEMENTS, CRAFTER_ACTIONS, CrafterTextEnv
 from verlog.envs.crafter_balrog_text import DIED, SLEEPING, balrog_window, describe_balrog_surroundings
+from verlog.envs.registry import accepts_argument
+from verlog.preflight import check_buildable
 
 GOLDEN = Path(__file__).parent / "data" / "balrog_crafter_golden.json"
 CORPUS = json.loads(GOLDEN.read_text())
@@ -192,7 +195,7 @@ def test_describe_balrog_surroundings_pure():
 
 
 # ----------------------------------------------------------------------------- the option and the prompt
-def test_text_style_option():
+def test_text_style_option_and_its_config_key():
     assert make_env("crafter/default").text_style == "balrog"
     tidy = make_env("crafter/default", text_style="tidy")
     assert (tidy.text_style, tidy.location_style) == ("tidy", "offset")
@@ -200,6 +203,17 @@ def test_text_style_option():
     assert "grass" not in obs.split("\n\n")[0] and "to your" not in obs
     with pytest.raises(ValueError, match="text_style"):
         make_env("crafter/default", text_style="pretty")
+    assert "text_style" not in load_recipe("tiny", ["env.task=crafter/default"]).env.env_kwargs()
+    cfg = load_recipe("tiny", ["env.task=crafter/default", "env.text_style=tidy"])
+    assert cfg.env.env_kwargs()["text_style"] == "tidy"
+    check_buildable(cfg)
+    with pytest.raises(ConfigError, match="env.text_style"):
+        load_recipe("tiny", ["env.text_style=pretty"])
+    with pytest.raises(ConfigError, match="env.text_style: babyai/goto has only BALROG's text"):
+        check_buildable(load_recipe("tiny", ["env.task=babyai/goto", "env.text_style=tidy"]))
+    assert accepts_argument("crafter/default", "text_style") and not accepts_argument("babyai/goto", "text_style")
+    with pytest.raises(ValueError, match="unknown environment"):
+        accepts_argument("crafter/hard", "text_style")
 
 
 def test_instruction_carries_balrogs_information_in_our_words():
