@@ -1,7 +1,7 @@
 """The Crafter observation text exactly as BALROG writes it (``text_style="balrog"``, the default).
 
-Source: BALROG (github balrog-ai/BALROG, commit af7d1f1), its Crafter language wrapper run with the
-settings of its ``config.yaml`` (one nearest thing per kind, compass wording, no kind skipped, no
+Source: BALROG (github balrog-ai/BALROG, commit af7d1f1), its Crafter language wrapper run with
+BALROG's default settings (one nearest thing per kind, compass wording, no kind skipped, no
 edge-only kinds). Every rule below was read from that code and checked byte for byte against its
 output (``tests/data/balrog_crafter_golden.json``, ``docs/balrog.md``); the quirks are kept on
 purpose, so that a model sees here what it sees under BALROG:
