@@ -1,7 +1,9 @@
-"""The text of the Crafter env: what the player sees and faces, and its vitals and inventory.
+"""Verlog's tidy Crafter text (``text_style="tidy"``), and what both text styles share.
 
-The conventions (offsets, which kinds are listed, the ``You face`` line, the status lines) are those
-described in :mod:`verlog.envs.crafter`.
+The tidy conventions (offsets, which kinds are listed, the ``You face`` line) are those described in
+:mod:`verlog.envs.crafter`. Shared with BALROG's text (:mod:`verlog.envs.crafter_balrog_text`): the
+place wording (:func:`describe_location`), the window scan (:func:`visible_things`) and the vitals
+and inventory (:func:`describe_status`).
 """
 
 from __future__ import annotations
