@@ -1,5 +1,6 @@
-"""Tests of the Crafter text env: text on hand-made states, all 17 actions, rewards, episode ends,
-seeding/reproducibility and step-by-step equality with the bare ``crafter.Env``."""
+"""Tests of the Crafter text env: the tidy text on hand-made states, all 17 actions, rewards, episode
+ends, seeding/reproducibility and step-by-step equality with the bare ``crafter.Env`` (BALROG's text,
+the default, is tested against BALROG's own output in ``test_crafter_balrog.py``)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from verlog.envs import make_env
 from verlog.envs.registry import is_registered
 from verlog.envs.base import INFO_KEYS, invalid_action_notice
 from verlog.envs.crafter import ACHIEVEMENTS, CRAFTER_ACTIONS, CrafterTextEnv
+from verlog.envs.crafter_balrog_text import SLEEPING
 from verlog.envs.crafter_game import make_world_deterministic
 from verlog.envs.crafter_text import describe_location, describe_status, describe_surroundings
 
@@ -66,6 +68,13 @@ def _add(env: CrafterTextEnv, cls, dx: int, dy: int, **attrs):
 @pytest.fixture
 def env():
     game = make_env("crafter/default")
+    game.reset(seed=0)
+    return game
+
+
+@pytest.fixture
+def tidy_env():
+    game = make_env("crafter/default", text_style="tidy")
     game.reset(seed=0)
     return game
 
@@ -135,7 +144,8 @@ def test_describe_status_text():
 
 
 # ----------------------------------------------------------------------------- text of the env
-def test_text_on_a_hand_made_world(env):
+def test_text_on_a_hand_made_world(tidy_env):
+    env = tidy_env
     _flatten_world(env, "grass")
     env.crafter._player.facing = SOUTH
     _set(env, 0, 1, "stone")  # the faced cell
@@ -168,7 +178,8 @@ def test_text_on_a_hand_made_world(env):
     assert env.describe().split("\n")[-1] == "You face grass at your front."  # ground is named when faced
 
 
-def test_text_at_the_map_edge_skips_cells_outside_the_map(env):
+def test_text_at_the_map_edge_skips_cells_outside_the_map(tidy_env):
+    env = tidy_env
     _flatten_world(env, "grass")
     world, player = env.crafter._world, env.crafter._player
     world.move(player, (0, 1))
@@ -195,8 +206,10 @@ def test_reset_observation_and_context(env):
     assert "Your status" not in obs and "inventory" not in obs  # the context is not part of the observation
     env.crafter._player.inventory.update(wood=3, stone_sword=1, food=4)
     _, _, _, _, info = env.step("ACTION: Noop")
-    assert info["context"].endswith("Your inventory:\n- wood: 3\n- stone sword: 1")
+    assert info["context"].endswith("Your inventory:\n- wood: 3\n- stone_sword: 1")  # crafter's names, as BALROG
     assert "- food: 4/9" in info["context"]
+    env.text_style = "tidy"
+    assert env.context.endswith("Your inventory:\n- wood: 3\n- stone sword: 1")
 
 
 # ----------------------------------------------------------------------------- actions
@@ -308,12 +321,12 @@ def test_all_actions_have_their_effects_and_all_22_achievements_unlock(env):
 
     inv["energy"] = 3
     obs = act("Sleep")
-    assert player.sleeping and obs.split("\n")[0].startswith("You are asleep")
+    assert player.sleeping and obs.split("\n")[0] == SLEEPING
     act("Move South")  # ignored while asleep
     assert _pos(env) == start and player.sleeping
     inv["energy"] = 9
     obs = act("Noop", ("wake_up",))
-    assert not player.sleeping and not obs.startswith("You are asleep")
+    assert not player.sleeping and not obs.startswith(SLEEPING)
 
     assert sorted(unlocked) == sorted(ACHIEVEMENTS)
     assert env.progression == 1.0 and env.success
@@ -497,15 +510,20 @@ def _snapshot(game: crafter.Env):
 
 @pytest.mark.parametrize("image_size, jump_to_night, steps", [((64, 64), 0, 220), ((256, 256), 140, 50)])
 def test_steps_equal_the_bare_crafter_env(image_size, jump_to_night, steps):
-    """Same seed and actions: our text-only crafter and crafter.Env (rendering every frame, with the
-    same ordered chunk sets) keep identical worlds, random streams, rewards and ends, also at night,
-    when crafter's renderer draws noise from the world's RNG."""
+    """Same seed and actions: our text-only crafter and crafter.Env driven as BALROG drives it (a Noop
+    step after reset, and one more ``render()`` after every step for BALROG's observation image; same
+    ordered chunk sets) keep identical worlds, random streams, rewards and ends, also at night, when
+    crafter's renderer draws noise from the world's RNG."""
     seed = 3
+    noop = constants.actions.index("noop")
     bare = crafter.Env(size=image_size, seed=seed, length=None)
     make_world_deterministic(bare)
     bare.reset()
+    bare.step(noop)
+    bare.render()
     env = make_env("crafter/default", image_size=image_size)
     env.reset(seed=seed)
+    assert env.crafter._step == 1 and env.episode_step == 0  # the reset's Noop is not an episode step
     for game in (bare, env.crafter):
         game._step += jump_to_night  # both clocks forward: night (daylight < 0.5) starts near step 150
     assert _snapshot(bare) == _snapshot(env.crafter)
@@ -515,6 +533,7 @@ def test_steps_equal_the_bare_crafter_env(image_size, jump_to_night, steps):
         action = rng.choice(ACTIONS)
         image, bare_reward, bare_done, bare_info = bare.step(constants.actions.index(CRAFTER_ACTIONS[action]))
         assert image.shape == (*image_size[::-1], 3)
+        bare.render()
         _, reward, terminated, truncated, info = env.step(f"ACTION: {action}")
         assert reward == bare_reward and terminated == bool(bare_done) and not truncated
         assert _snapshot(bare) == _snapshot(env.crafter)

@@ -21,6 +21,7 @@ _CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
     "env.vector_mode": ("async", "sync"),
     "env.instruction_style": ("full", "brief"),
+    "env.text_style": ("balrog", "tidy"),
     "rollout.engine": ("hf", "vllm"),
     "ppo.kl_kind": ("k1", "k2", "k3"),
     "logging.wandb_mode": ("offline", "online", "disabled"),

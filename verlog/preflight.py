@@ -14,7 +14,7 @@ from verlog.agent.loading import load_agent_fn
 from verlog.agent.tasks import AGENT_TASKS
 from verlog.algos.registry import ALGORITHMS
 from verlog.config import ConfigError, TrainConfig
-from verlog.envs.registry import is_registered, make_env
+from verlog.envs.registry import accepts_argument, is_registered, make_env
 from verlog.frozen_base import SPLITTABLE_MODEL_TYPES
 from verlog.proxy.adapter import CREDIT_MODES
 from verlog.warmup import REPLY_PREFIX
@@ -126,7 +126,8 @@ def check_buildable(cfg: TrainConfig) -> None:
     Raises:
         ConfigError: one line naming the first offending key: ``agent.credit`` not a credit mode of
             :mod:`verlog.proxy.adapter`, ``env.task`` not a registered environment, ``agent.task`` not
-            a tool task of :mod:`verlog.agent.tasks`, ``agent.agent`` not a loadable function, a
+            a tool task of :mod:`verlog.agent.tasks`, ``agent.agent`` not a loadable function, an
+            ``env.text_style`` other than ``balrog`` for an environment that has only BALROG's text, a
             ``memory.reply_prefix`` that :func:`check_reply_prefix` refuses, or ``model.trainable_layers``
             beyond the model's layers (:func:`check_trainable_layers`).
     """
@@ -137,6 +138,9 @@ def check_buildable(cfg: TrainConfig) -> None:
         raise ConfigError(f"agent.credit: expected one of {', '.join(CREDIT_MODES)}, got {cfg.agent.credit!r}")
     if cfg.agent.loop == "env" and not is_registered(cfg.env.task):
         raise ConfigError(f"env.task: expected a registered environment <family>/<task>, got {cfg.env.task!r}")
+    if cfg.agent.loop == "env" and cfg.env.text_style != "balrog" and not accepts_argument(cfg.env.task, "text_style"):
+        raise ConfigError(f"env.text_style: {cfg.env.task} has only BALROG's text; {cfg.env.text_style} is offered "
+                          "by crafter/*")
     if cfg.agent.loop != "env" and cfg.agent.task not in AGENT_TASKS:
         raise ConfigError(f"agent.task: expected one of {', '.join(sorted(AGENT_TASKS))}, got {cfg.agent.task!r}")
     if cfg.agent.loop == "proxy":

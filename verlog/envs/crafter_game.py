@@ -129,9 +129,18 @@ class TextOnlyCrafter(crafter.Env):
         self._noise_shape = tuple(int(n) for n in self._local_view._grid * unit)
 
     def _obs(self) -> None:
-        if self._world.daylight < 0.5:  # engine.LocalView._light draws noise only then
-            self._world.random.uniform(32, 127, self._noise_shape)
+        self.draw_render_noise()
         return None
+
+    def draw_render_noise(self) -> None:
+        """Draw from ``world.random`` what one ``render()`` of crafter's would draw, and nothing else.
+
+        That is ``uniform(32, 127, world_view_pixels)`` at night (``daylight < 0.5``, when crafter's
+        ``engine.LocalView`` adds noise to the frame) and nothing by day. Called by ``_obs`` (crafter
+        renders once in ``reset`` and ``step``) and by whoever replays a caller that renders again.
+        """
+        if self._world.daylight < 0.5:
+            self._world.random.uniform(32, 127, self._noise_shape)
 
     def reset_with_seed(self, episode_seed: int) -> None:
         """Start the episode that ``crafter.Env(seed=episode_seed).reset()`` would start first."""

@@ -53,18 +53,37 @@ def _action_glosses() -> dict[str, str]:
 _ACTION_HELP: dict[str, str] = _action_glosses()
 
 
-@functools.lru_cache(maxsize=4)
-def build_instruction(view: tuple[int, int] = (9, 7)) -> str:
+#: How the observation text lists things, per text style of :mod:`verlog.envs.crafter`.
+_SEEN = {
+    "balrog": "every kind of thing in that area, the ground (grass, sand, path) included, at its nearest cell",
+    "tidy": "the nearest thing of each kind (the ground of grass, sand and path is not listed)",
+}
+#: An example position per location style (:func:`verlog.envs.crafter_text.describe_location`).
+_WHERE = {"compass": "tree 3 steps to your north-west", "offset": "tree 1 step north and 2 steps west"}
+
+
+@functools.lru_cache(maxsize=8)
+def build_instruction(view: tuple[int, int] = (9, 7), text_style: str = "balrog", location_style: str = "compass") -> str:
     """The system prompt of a Crafter episode (our own words, BALROG's content).
+
+    It carries what BALROG's prompt does (the goal, the 17 actions with their meaning, the 22
+    achievements, that a history of actions and observations is shown) and also explains the
+    observations, the crafting costs and survival.
 
     Args:
         view: width (west-east) and height (north-south) of the described area, in cells.
+        text_style: ``"balrog"`` or ``"tidy"``: how the observations list things.
+        location_style: ``"compass"`` or ``"offset"``: the wording of the example position.
 
     Returns:
         Text explaining the game and the observations, listing the 17 actions with short help and the
         22 achievements, giving survival tips, and asking for a final ``ACTION: <action>`` line.
+
+    Raises:
+        KeyError: an unknown ``text_style`` or ``location_style``.
     """
     width, height = view
+    seen, where = _SEEN[text_style], _WHERE[location_style]
     actions = "\n".join(f"- {name}: {help_}" for name, help_ in _ACTION_HELP.items())
     achievements = "\n".join(f"- {_words(name)}" for name in ACHIEVEMENTS)
     return (
@@ -72,10 +91,11 @@ def build_instruction(view: tuple[int, int] = (9, 7)) -> str:
         "goal is to unlock as many of the 22 achievements below as possible (each counts once): gather "
         "resources, craft tools and survive.\n\n"
         f"Each turn you are told what is around you in an area {width} cells wide (west to east) and "
-        f"{height} cells high (north to south) centred on you: the nearest thing of each kind with its "
-        'position relative to you, e.g. "tree 1 step north and 2 steps west", and what you face '
-        "(the cell you would act on). Your health, food, drink and energy (each out of 9) and your "
-        "inventory are shown with the current observation.\n\n"
+        f"{height} cells high (north to south) centred on you: {seen}, with its position relative to "
+        f'you, e.g. "{where}", and what you face (the cell you would act on); it also says when you '
+        "are asleep or have died. Your health, food, drink and energy (each out of 9) and your "
+        "inventory are shown with the current observation; your earlier actions and observations "
+        "may come before it.\n\n"
         f"Actions:\n{actions}\n\n"
         f"Achievements:\n{achievements}\n\n"
         "Tips:\n"
@@ -93,12 +113,14 @@ def build_instruction(view: tuple[int, int] = (9, 7)) -> str:
     )
 
 
-@functools.lru_cache(maxsize=4)
-def build_brief_instruction(view: tuple[int, int] = (9, 7)) -> str:
+@functools.lru_cache(maxsize=8)
+def build_brief_instruction(
+    view: tuple[int, int] = (9, 7), text_style: str = "balrog", location_style: str = "compass"
+) -> str:
     """A short system prompt: the goal, the actions and the reply format, nothing else.
 
     For small models trained from scratch, where :func:`build_instruction` would dominate every
-    prompt. ``view`` is accepted for symmetry with :func:`build_instruction` and unused.
+    prompt. The arguments are accepted for symmetry with :func:`build_instruction` and unused.
     """
     return (
         "Play Crafter: collect resources, craft tools and survive to unlock achievements. "

@@ -1,7 +1,9 @@
-"""The text of the Crafter env: what the player sees and faces, and its vitals and inventory.
+"""Verlog's tidy Crafter text (``text_style="tidy"``), and what both text styles share.
 
-The conventions (offsets, which kinds are listed, the ``You face`` line, the status lines) are those
-described in :mod:`verlog.envs.crafter`.
+The tidy conventions (offsets, which kinds are listed, the ``You face`` line) are those described in
+:mod:`verlog.envs.crafter`. Shared with BALROG's text (:mod:`verlog.envs.crafter_balrog_text`): the
+place wording (:func:`describe_location`), the window scan (:func:`visible_things`) and the vitals
+and inventory (:func:`describe_status`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ __all__ = [
     "describe_status",
     "describe_surroundings",
     "describe_view",
+    "visible_things",
 ]
 
 #: The ways offsets can be written (see :func:`describe_location`).
@@ -101,25 +104,70 @@ def describe_surroundings(
     return f"{seen}\n\nYou face {facing} at your front."
 
 
-def describe_status(inventory: Mapping[str, int]) -> str:
+def describe_status(inventory: Mapping[str, int], *, item_names: str = "spaces") -> str:
     """The vitals (each out of crafter's maximum, 9) and the non-empty inventory items.
 
     Args:
         inventory: crafter's player inventory (item name -> count), including the four vitals.
+        item_names: ``"spaces"`` (``wood pickaxe``) or ``"crafter"`` (crafter's own names,
+            ``wood_pickaxe``: what BALROG writes).
 
     Returns:
-        ``"Your status:\\n- health: 9/9\\n...\\n\\nYour inventory:\\n- wood: 2"``; item names have
-        spaces instead of underscores; ``"You have nothing in your inventory."`` when empty.
+        ``"Your status:\\n- health: 9/9\\n...\\n\\nYour inventory:\\n- wood: 2"``, items in crafter's
+        order; ``"You have nothing in your inventory."`` when empty.
 
     Raises:
         KeyError: a vital is missing from ``inventory``.
+        ValueError: an unknown ``item_names``.
     """
+    if item_names not in ("spaces", "crafter"):
+        raise ValueError(f"item_names must be 'spaces' or 'crafter', got {item_names!r}")
     status = "\n".join(f"- {name}: {inventory[name]}/{constants.items[name]['max']}" for name in VITALS)
     items = [
-        f"- {name.replace('_', ' ')}: {count}" for name, count in inventory.items() if name not in VITALS and count > 0
+        f"- {name.replace('_', ' ') if item_names == 'spaces' else name}: {count}"
+        for name, count in inventory.items()
+        if name not in VITALS and count > 0
     ]
     held = "Your inventory:\n" + "\n".join(items) if items else "You have nothing in your inventory."
     return f"Your status:\n{status}\n\n{held}"
+
+
+def visible_things(
+    world: engine.World, player: Any, columns: range, rows: range
+) -> tuple[list[tuple[str, int, int]], dict[tuple[int, int], str]]:
+    """What is on each cell of a window of crafter's ``world``, in scan order.
+
+    Args:
+        world: the crafter world.
+        player: crafter's player object in it.
+        columns: the window's ``x`` cells (west to east), inside the map.
+        rows: the window's ``y`` cells (north to south), inside the map.
+
+    Returns:
+        ``things``: ``(kind, dx, dy)`` for every cell but the player's own, column by column from
+        west to east and each column from north to south; the kind is the creature/object's
+        lower-case class name (``cow``, ``zombie``, ``skeleton``, ``arrow``, ``plant``) if one is on
+        the cell, else the material's name (crafter's semantic view: objects drawn over materials);
+        offsets as in :func:`describe_location`. ``kinds``: offset ``(dx, dy)`` -> kind, for every
+        cell of the window.
+    """
+    px, py = int(player.pos[0]), int(player.pos[1])
+    if not columns or not rows:
+        return [], {}
+    materials = world._mat_map[columns.start:columns.stop, rows.start:rows.stop].tolist()
+    occupants = world._obj_map[columns.start:columns.stop, rows.start:rows.stop].tolist()
+    names, objects = world._mat_names, world._objects
+    things: list[tuple[str, int, int]] = []
+    kinds: dict[tuple[int, int], str] = {}
+    for x, mat_col, obj_col in zip(columns, materials, occupants):
+        dx = x - px
+        for y, mat, occupant in zip(rows, mat_col, obj_col):
+            dy = y - py
+            kind = type(objects[occupant]).__name__.lower() if occupant else str(names[mat])
+            kinds[(dx, dy)] = kind
+            if not (dx == 0 and dy == 0):
+                things.append((kind, dx, dy))
+    return things, kinds
 
 
 def describe_view(
@@ -140,22 +188,9 @@ def describe_view(
     """
     px, py = int(player.pos[0]), int(player.pos[1])
     half_w, half_h = view[0] // 2, view[1] // 2
-    x0, x1 = max(px - half_w, 0), min(px + half_w + 1, world.area[0])
-    y0, y1 = max(py - half_h, 0), min(py + half_h + 1, world.area[1])
-    materials = world._mat_map[x0:x1, y0:y1].tolist()
-    occupants = world._obj_map[x0:x1, y0:y1].tolist()
-    names, objects = world._mat_names, world._objects
-    things = []
-    for i, (mat_col, obj_col) in enumerate(zip(materials, occupants)):
-        dx = x0 + i - px
-        for j, (mat, occupant) in enumerate(zip(mat_col, obj_col)):
-            dy = y0 + j - py
-            if occupant:
-                if dx == 0 and dy == 0:
-                    continue  # the player
-                things.append((type(objects[occupant]).__name__.lower(), dx, dy))
-            else:
-                things.append((names[mat], dx, dy))
+    columns = range(max(px - half_w, 0), min(px + half_w + 1, world.area[0]))
+    rows = range(max(py - half_h, 0), min(py + half_h + 1, world.area[1]))
+    things, _ = visible_things(world, player, columns, rows)
     material, obj = world[(px + player.facing[0], py + player.facing[1])]
     facing = type(obj).__name__.lower() if obj is not None else material if material is not None else "nothing"
     text = describe_surroundings(things, facing, location_style=location_style)

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from verlog.envs.base import TextEnv
 
-__all__ = ["FAMILIES", "register", "make_env", "list_envs", "is_registered"]
+__all__ = ["FAMILIES", "accepts_argument", "register", "make_env", "list_envs", "is_registered"]
 
 _FACTORIES: dict[str, Callable[..., TextEnv]] = {}
 
@@ -77,6 +77,21 @@ def is_registered(name: str) -> bool:
     if name not in _FACTORIES:
         _load_family(name.split("/", 1)[0])
     return name in _FACTORIES
+
+
+def accepts_argument(name: str, argument: str) -> bool:
+    """Whether the registered environment ``name``'s factory takes the keyword argument ``argument``.
+
+    Raises:
+        ValueError: unknown ``name``.
+    """
+    if not is_registered(name):
+        raise ValueError(f"unknown environment {name!r}")
+    try:
+        parameters = inspect.signature(_FACTORIES[name]).parameters
+    except (TypeError, ValueError):  # builtins without a signature: assume it does
+        return True
+    return argument in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values())
 
 
 def make_env(name: str, **kwargs: Any) -> TextEnv:
