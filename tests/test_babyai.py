@@ -117,13 +117,87 @@ def test_describe_view_on_a_hand_encoded_image():
     image[3, 4] = (2, 5, 0)  # grey wall 2 steps forward
     image[0, 6] = (6, 2, 0)  # blue ball 3 steps left
     image[6, 0] = (4, 4, 1)  # closed yellow door 3 steps right and 6 steps forward
-    assert describe_view(image) == [
-        "a wall 2 steps forward",
-        "a blue ball 3 steps left",
-        "a closed yellow door 3 steps right and 6 steps forward",
-    ]
+    # The same lines in both styles: the unseen cells on the left end the tidy left line, and the
+    # balrog style passes over them to the ball, which is not a wall.
+    for style in ("balrog", "tidy"):
+        assert describe_view(image, style) == [
+            "a wall 2 steps forward",
+            "a blue ball 3 steps left",
+            "a closed yellow door 3 steps right and 6 steps forward",
+        ]
+    image[3, 6] = (5, 0, 0)  # carrying a red key: first in the balrog style, last in the tidy one
+    assert describe_view(image, "balrog")[0] == describe_view(image, "tidy")[-1] == "You carry a red key"
     with pytest.raises(ValueError, match="shape"):
         describe_view(np.zeros((7, 6, 3)))
+
+
+def _style_env(style: str) -> BabyAITextEnv:
+    env = make_env("babyai/easy_goto", text_style=style)
+    env.reset(seed=0)
+    return env
+
+
+def test_balrog_style_hides_walls_behind_objects_and_lists_objects_by_column():
+    # The layout of test_objects_and_walls_facing_north. Forward, the key stands before the wall, and to
+    # the right the box: only the left wall is reported. Objects go column by column from the left.
+    env = _style_env("balrog")
+    grid = _empty_room(env)
+    grid.set(1, 2, Ball("red"))
+    grid.set(3, 4, Key("blue"))
+    grid.set(5, 5, Box("green"))
+    env.minigrid.agent_pos, env.minigrid.agent_dir = (3, 5), NORTH
+    assert env.describe().split("\n") == [
+        "a wall 3 steps left",
+        "a red ball 2 steps left and 3 steps forward",
+        "a blue key 1 step forward",
+        "a green box 2 steps right",
+    ]
+    env.minigrid.agent_dir = EAST  # the key is now on the left, the box ahead, nothing else between walls
+    grid.set(3, 6, Ball("purple"))
+    assert env.describe().split("\n") == [
+        "a blue key 1 step left",
+        "a green box 2 steps forward",
+        "a purple ball 1 step right",
+    ]
+
+
+def test_balrog_style_doors_carrying_and_far_rows_first():
+    env = _style_env("balrog")
+    grid = _empty_room(env)
+    for x in range(1, 7):
+        grid.set(x, 3, Wall())
+    door = Door("yellow", is_open=False)
+    grid.set(3, 3, door)
+    grid.set(3, 1, Ball("red"))
+    grid.set(2, 1, Key("grey"))
+    env.minigrid.agent_pos, env.minigrid.agent_dir = (3, 5), NORTH
+    assert env.describe().split("\n") == ["a wall 3 steps left", "a closed yellow door 2 steps forward"]
+    door.is_open = True  # the open door is the first thing ahead: no forward wall; "a open", as in BALROG
+    env.minigrid.carrying = Key("purple")
+    assert env.describe().split("\n") == [
+        "You carry a purple key",
+        "a wall 3 steps left",
+        "a grey key 1 step left and 4 steps forward",
+        "a red ball 4 steps forward",
+        "a open yellow door 2 steps forward",
+    ]
+    door.is_open, door.is_locked = False, True
+    assert "a locked yellow door 2 steps forward" in env.describe().split("\n")
+
+
+@pytest.mark.parametrize("style, text", [("balrog", ""), ("tidy", "You see nothing around you.")])
+def test_an_empty_view_in_each_style(style, text):
+    env = _style_env(style)
+    _empty_room(env, size=15)  # from the middle, every wall is beyond the 7x7 view
+    env.minigrid.agent_pos, env.minigrid.agent_dir = (7, 7), NORTH
+    assert env.describe() == text
+
+
+def test_text_style_is_checked():
+    with pytest.raises(ValueError, match="text_style must be one of"):
+        make_env("babyai/easy_goto", text_style="fancy")
+    with pytest.raises(ValueError, match="text_style must be one of"):
+        describe_view(np.zeros((7, 7, 3)), "fancy")
 
 
 # ----------------------------------------------------------------------------- TextEnv contract
