@@ -19,8 +19,12 @@ from the agent to the nearest object the mission names (:func:`target_distance`;
 :func:`~verlog.envs.shaping.potential_shaping`). The positions come from the level itself, not from
 the text the agent reads. Success and progression are unaffected (they read minigrid's own reward).
 
-Registered tasks (see :data:`BABYAI_TASKS`): ``babyai/goto``, ``babyai/pickup``, ``babyai/open``,
-``babyai/putnext``, ``babyai/pick_up_seq_go_to``, ``babyai/easy_goto``.
+Registered tasks (see :data:`BABYAI_TASKS`): BALROG's five, ``babyai/goto``, ``babyai/pickup``,
+``babyai/open``, ``babyai/putnext``, ``babyai/pick_up_seq_go_to`` (BALROG's levels, the same layout as
+BALROG's for the same seed: :class:`~verlog.envs.babyai_levels.BalrogLocalLevel`); harder levels under
+names that say what they are, ``babyai/goto_local``, ``babyai/pickup_loc``, ``babyai/open_door_color``,
+``babyai/putnext_local``, ``babyai/pickup_then_goto_local`` (what the first five names ran before they
+became BALROG's); and ``babyai/easy_goto``.
 """
 
 from __future__ import annotations
@@ -35,10 +39,9 @@ from typing import Any, Callable, Mapping
 import gymnasium
 import numpy as np
 from minigrid.core.actions import Actions
-from minigrid.envs.babyai.core.roomgrid_level import RejectSampling, RoomGridLevel
-from minigrid.envs.babyai.core.verifier import BeforeInstr, GoToInstr, ObjDesc, PickupInstr
 from minigrid.minigrid_env import MiniGridEnv
 
+from verlog.envs.babyai_levels import BALROG_KINDS, BalrogLocalLevel, PickupThenGoToLocal
 from verlog.envs.babyai_text import TEXT_STYLES, describe_view, render_view
 from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.options import instruction_builder, task_entry
@@ -49,6 +52,7 @@ __all__ = [
     "BABYAI_ACTIONS",
     "BABYAI_TASKS",
     "BabyAITextEnv",
+    "BalrogLocalLevel",
     "PickupThenGoToLocal",
     "TEXT_STYLES",
     "build_instruction",
@@ -148,56 +152,43 @@ def build_brief_instruction(mission: str, text_style: str = "balrog") -> str:
 INSTRUCTION_STYLES = {"full": build_instruction, "brief": build_brief_instruction}
 
 
-class PickupThenGoToLocal(RoomGridLevel):
-    """Single-room level "pick up X, then go to Y" (BALROG's ``pick_up_seq_go_to`` task).
+def _balrog_level(kind: str) -> Callable[..., MiniGridEnv]:
+    """The level factory of BALROG's task ``kind`` (:class:`BalrogLocalLevel`, named for error messages)."""
 
-    One ``room_size`` x ``room_size`` room (no doors) with ``num_dists`` random objects (keys, balls,
-    boxes; duplicates allowed, as in ``GoToLocal``), all reachable. Two objects with different
-    (type, colour) are drawn: X to pick up and Y to go to afterwards; the instruction is upstream's
-    ``BeforeInstr(PickupInstr(X), GoToInstr(Y))``, e.g. "pick up the blue key, then go to the red ball".
-    Upstream's step limit for it is 2 navigations x room_size**2 = 128 for an 8x8 room.
+    def make(**kwargs: Any) -> MiniGridEnv:
+        return BalrogLocalLevel(kind, **kwargs)
 
-    Raises:
-        ValueError: if ``num_dists < 2``.
-    """
-
-    def __init__(self, room_size: int = 8, num_dists: int = 8, **kwargs: Any) -> None:
-        if num_dists < 2:
-            raise ValueError(f"PickupThenGoToLocal needs num_dists >= 2 objects, got {num_dists}")
-        self.num_dists = num_dists
-        super().__init__(num_rows=1, num_cols=1, room_size=room_size, **kwargs)
-
-    def gen_mission(self) -> None:
-        """Place the agent and objects and build the sequenced instruction (upstream API)."""
-        self.place_agent()
-        objs = self.add_distractors(num_distractors=self.num_dists, all_unique=False)
-        self.check_objs_reachable()
-        to_pick = self._rand_elem(objs)
-        others = [o for o in objs if (o.type, o.color) != (to_pick.type, to_pick.color)]
-        if not others:
-            raise RejectSampling("all objects look alike: no distinct object to go to")
-        to_reach = self._rand_elem(others)
-        self.instrs = BeforeInstr(
-            PickupInstr(ObjDesc(to_pick.type, to_pick.color)),
-            GoToInstr(ObjDesc(to_reach.type, to_reach.color)),
-        )
+    make.__name__ = f"BalrogLocalLevel(kind={kind!r})"
+    return make
 
 
-#: task -> (level: gymnasium id or level class, BALROG step limit).
-#: ``open`` uses ``BabyAI-OpenDoorColor-v0``: the agent starts in a room whose four walls each hold a
-#: closed door of a distinct colour and must open the one named by colour ("open the red door"). It is
-#: the closest registered single-room door-opening level: ``Open-v0`` spans 3x3 rooms with 18
-#: distractors, ``OpenRedDoor`` never varies the colour, ``OpenTwoDoors``/``OpenDoorsOrder*`` are
-#: sequences, and ``OpenDoorLoc``'s "the door on your left" refers to the agent's *starting* pose,
-#: which a text-only agent would have to remember; the colour is what our observations report.
+#: task -> (level: gymnasium id or level factory, step limit). The step limits are BALROG's: its levels
+#: compute them (64 per room and per navigation the mission needs), the others reuse them per task.
+#: BALROG's five tasks run :class:`BalrogLocalLevel` (one 8x8 room with one object for goto/pickup,
+#: two for putnext/pick_up_seq_go_to; two rooms, a locked door and its key for open). The levels these
+#: names ran before keep names that say what they are:
+#:
+#: * ``goto_local``: ``BabyAI-GoToLocal-v0``, one 8x8 room, "go to the <colour> <object>" among 8 objects.
+#: * ``pickup_loc``: ``BabyAI-PickupLoc-v0``, one room, 8 objects, missions that may name a location.
+#: * ``open_door_color``: ``BabyAI-OpenDoorColor-v0``: the agent starts in a room whose four walls each
+#:   hold a closed door of a distinct colour and must open the one named by colour ("open the red door").
+#: * ``putnext_local``: ``BabyAI-PutNextLocal-v0``, one room, 8 objects.
+#: * ``pickup_then_goto_local``: :class:`PickupThenGoToLocal`, one room, 8 objects.
+#: * ``easy_goto``: ``BabyAI-GoToRedBallNoDists-v0``, "go to the red ball" alone in one room.
 BABYAI_TASKS: dict[str, tuple[str | Callable[..., MiniGridEnv], int]] = {
-    "goto": ("BabyAI-GoToLocal-v0", 64),
-    "pickup": ("BabyAI-PickupLoc-v0", 64),
-    "open": ("BabyAI-OpenDoorColor-v0", 128),
-    "putnext": ("BabyAI-PutNextLocal-v0", 128),
-    "pick_up_seq_go_to": (PickupThenGoToLocal, 128),
+    "goto": (_balrog_level("goto"), 64),
+    "pickup": (_balrog_level("pickup"), 64),
+    "open": (_balrog_level("open"), 128),
+    "putnext": (_balrog_level("putnext"), 128),
+    "pick_up_seq_go_to": (_balrog_level("pick_up_seq_go_to"), 128),
+    "goto_local": ("BabyAI-GoToLocal-v0", 64),
+    "pickup_loc": ("BabyAI-PickupLoc-v0", 64),
+    "open_door_color": ("BabyAI-OpenDoorColor-v0", 128),
+    "putnext_local": ("BabyAI-PutNextLocal-v0", 128),
+    "pickup_then_goto_local": (PickupThenGoToLocal, 128),
     "easy_goto": ("BabyAI-GoToRedBallNoDists-v0", 64),
 }
+assert all(kind in BABYAI_TASKS for kind in BALROG_KINDS)
 
 
 def _build_level(level: str | Callable[..., MiniGridEnv], max_steps: int, kwargs: Mapping[str, Any]) -> MiniGridEnv:
