@@ -31,7 +31,8 @@ def _empty_room(env: BabyAITextEnv, size: int = 8) -> Grid:
 
 @pytest.fixture
 def room_env():
-    env = make_env("babyai/easy_goto")
+    """An env in the tidy text style (the balrog style's tests follow them)."""
+    env = make_env("babyai/easy_goto", text_style="tidy")
     env.reset(seed=0)
     return env
 
@@ -399,10 +400,11 @@ def test_task_makes_resets_and_runs_20_random_steps(task):
 
 
 #: SHA-256 of :func:`helpers.trace_digest` per task (seed 5, 400 seeded random replies, one in ten
-#: without a valid action), recorded before the text rendering was optimised: observations, rewards,
-#: ends and info must stay byte-identical. The replies were drawn for the name each level had then
-#: (``golden/<name>``): the first five levels were ``babyai/goto`` ... ``babyai/pick_up_seq_go_to``
-#: until those names became BALROG's levels, so these traces also show the renamed levels unchanged.
+#: without a valid action), recorded before the text rendering was optimised, in the text that was the
+#: default then (``text_style="tidy"``): observations, rewards, ends and info must stay byte-identical.
+#: The replies were drawn for the name each level had then (``golden/<name>``): the first five levels
+#: were ``babyai/goto`` ... ``babyai/pick_up_seq_go_to`` until those names became BALROG's levels, so
+#: these traces also show the renamed levels unchanged.
 GOLDEN_TRACE_DIGESTS = {  # task: (name the replies were drawn for, digest)
     "easy_goto": ("easy_goto", "ec1b5ae7b5953258c48e32a24b4e96067f02d4e175f84b46bc566c9a86a54dc3"),
     "goto_local": ("goto", "55d32c436c2749d9caa7ff9b471401a97fb2235113c73c913b667118932d9a18"),
@@ -422,7 +424,30 @@ def _golden_replies(name: str) -> list[str]:
 @pytest.mark.parametrize("task", sorted(GOLDEN_TRACE_DIGESTS))
 def test_observations_are_byte_identical_to_the_recorded_traces(task):
     name, digest = GOLDEN_TRACE_DIGESTS[task]
-    assert trace_digest(make_env(f"babyai/{task}"), 5, _golden_replies(name)) == digest
+    assert trace_digest(make_env(f"babyai/{task}", text_style="tidy"), 5, _golden_replies(name)) == digest
+
+
+#: The same traces in the default text (BALROG's, ``text_style="balrog"``), for every task, replies
+#: drawn for the task's own name; recorded when that text became the default, after
+#: ``tests/test_babyai_balrog.py`` had shown the text and BALROG's levels equal to BALROG's own.
+BALROG_TEXT_TRACE_DIGESTS = {
+    "easy_goto": "bdc2a5283aa9fec5db1d7ca76d70182410c6b9eda650759ec0055001c0a355d0",
+    "goto": "d2779e54ed77afb7cbb8973c730948f2d32c762894e224baefc6659f2a44626f",
+    "goto_local": "3977c09b3009c0ea0f32594d7e5e0971bddcb53e1c6a811e4d6fc8e058fde09d",
+    "open": "27c1a8d2711174ba92c1c4ccacfb5952de3be5b229fa846ebae1ea6fb18be08b",
+    "open_door_color": "4a753a536e79c10a873c258bb818e102bcc775a97b775753fa6ba7f9af3bf508",
+    "pick_up_seq_go_to": "0cc276f306d17679485a7c2ea3a5f20bafa911285b702f9203244fbceecf1e38",
+    "pickup": "c0ca05ae4bcadc0800cba8a644ded5d0c309d9b8f2be7583100c90deb7951399",
+    "pickup_loc": "17dca5928a0863145330bbda4b9ea10d85d465da04b498898e7150283546f9b1",
+    "pickup_then_goto_local": "9a81c3ff56e9e52894370749357df63cec2be85d4ce7d59d7b1a98aa2b80a74b",
+    "putnext": "1b5b4789db445fe11bf085e3dd89c090ba3ee9b0fd6276c9a2feacee6a8d6dc1",
+    "putnext_local": "7c9a846fa0368abe8942e30c2f52d8008d1aeae6d416218db358c8979f5c118b",
+}
+
+
+@pytest.mark.parametrize("task", sorted(BALROG_LIMITS))
+def test_default_text_traces_are_byte_identical_to_the_recorded_ones(task):
+    assert trace_digest(make_env(f"babyai/{task}"), 5, _golden_replies(task)) == BALROG_TEXT_TRACE_DIGESTS[task]
 
 
 def test_pick_up_then_go_to_needs_the_right_order():
@@ -438,7 +463,7 @@ def test_pick_up_then_go_to_needs_the_right_order():
     face_from_distance(env, tuple(to_pick.cur_pos), 1)
     obs, reward, terminated, *_ = env.step("ACTION: pick up")
     assert (reward, terminated) == (0.0, False)
-    assert obs.split("\n")[-1] == f"You carry a {to_pick.color} {to_pick.type}"
+    assert obs.split("\n")[0] == f"You carry a {to_pick.color} {to_pick.type}"  # first, as in BALROG
     face_from_distance(env, tuple(to_reach.cur_pos), 1)
     _, reward, terminated, truncated, info = env.step("ACTION: drop")  # blocked: still carrying
     assert terminated and not truncated and info["success"]

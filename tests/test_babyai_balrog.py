@@ -17,7 +17,10 @@ import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
+from minigrid.core.grid import Grid
+from minigrid.core.world_object import Ball, Box, Door, Floor, Goal, Key, Lava, Wall
 
 from verlog.envs import make_env
 from verlog.envs.babyai_levels import BALROG_KINDS
@@ -112,3 +115,66 @@ def test_the_old_levels_are_not_balrogs():
         env = make_env(f"babyai/{old}")
         env.reset(seed=0)
         assert _cells(env) != LEVELS[task][0]["objects"]
+
+
+@pytest.mark.parametrize("task", BALROG_KINDS)
+def test_every_observation_is_balrogs_byte_for_byte(task):
+    """Replays each episode's actions; observation text, reward and end flags must equal BALROG's at
+    every step (Verlog reports a success on the last allowed step as terminated only)."""
+    compared = 0
+    for episode in EPISODES[task]:
+        env = make_env(f"babyai/{task}")
+        obs, info = env.reset(seed=episode["seed"])
+        assert (obs, info["mission"]) == (episode["observations"][0], episode["mission"])
+        steps = zip(episode["actions"], episode["observations"][1:], episode["rewards"], episode["terminated"],
+                    episode["truncated"])
+        for n, (action, text, reward, terminated, truncated) in enumerate(steps, start=1):
+            obs, got_reward, got_terminated, got_truncated, _ = env.step(f"ACTION: {action}")
+            where = f"babyai/{task} seed {episode['seed']} step {n} ({action})"
+            assert obs == text, where
+            assert (got_reward, got_terminated, got_truncated) == (reward, terminated, truncated and not terminated), where
+            compared += 1
+        assert got_terminated or got_truncated  # BALROG's episode ended here, and so does ours
+    assert compared + len(EPISODES[task]) == sum(len(e["observations"]) for e in EPISODES[task])
+
+
+_MAKERS = {"key": Key, "ball": Ball, "box": Box, "floor": Floor, "goal": lambda color: Goal(),
+           "lava": lambda color: Lava(), "wall": lambda color: Wall()}
+
+
+def _build(kind: str, color: str, state: int):
+    if kind == "door":
+        return Door(color, is_open=state == 0, is_locked=state == 2)
+    return _MAKERS[kind](color)
+
+
+def test_hand_built_views_read_as_balrogs():
+    """Random walled grids (5-16 cells a side) with inner walls, doors in all three states, keys,
+    balls, boxes, goals, lava and floor tiles, the agent anywhere, carrying or not."""
+    env = make_env("babyai/goto")
+    env.reset(seed=0)
+    level = env.minigrid
+    for n, view in enumerate(VIEWS):
+        width, height = view["size"]
+        grid = Grid(width, height)
+        grid.wall_rect(0, 0, width, height)
+        for kind, color, x, y, state in view["cells"]:
+            grid.set(x, y, _build(kind, color, state))
+        level.grid = grid
+        level.agent_pos, level.agent_dir = np.array(view["agent"][:2]), view["agent"][2]
+        level.carrying = None if view["carrying"] is None else _build(*view["carrying"], 0)
+        assert env.describe() == view["text"], f"view {n}: {view}"
+    assert sum(v["text"] == "" for v in VIEWS) >= 1  # an empty view is the empty string
+
+
+def test_the_tidy_style_differs_from_balrogs_text():
+    # The option keeps Verlog's earlier wording: on BALROG's own episodes most observations read otherwise.
+    differ = total = 0
+    for task in BALROG_KINDS:
+        for episode in EPISODES[task][:3]:
+            env = make_env(f"babyai/{task}", text_style="tidy")
+            got = [env.reset(seed=episode["seed"])[0]]
+            got += [env.step(f"ACTION: {a}")[0] for a in episode["actions"]]
+            differ += sum(a != b for a, b in zip(got, episode["observations"]))
+            total += len(got)
+    assert differ > total // 4

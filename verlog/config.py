@@ -91,9 +91,9 @@ class EnvConfig:
     format_penalty: float = _f(-0.1, "added to the reward of a step whose reply was not a valid action")
     max_steps: Optional[int] = _f(None, "episode step limit (None: BALROG's limit for the task)")
     instruction_style: str = _f("full", "system prompt: full (BALROG's) or brief (mission + actions; for tiny models)")
-    text_style: str = _f("tidy", "BabyAI tasks only: observation text, tidy (Verlog's wording: nearest wall on each line "
-                         "even behind objects, nearest objects first, carried object last) or balrog (byte for byte "
-                         "BALROG's text, its quirks included)")
+    text_style: str = _f("balrog", "BabyAI tasks only (the others ignore it): observation text, balrog (byte for byte "
+                         "BALROG's text, its quirks included) or tidy (Verlog's earlier wording: nearest wall on each "
+                         "line even behind objects, nearest objects first, carried object last)")
     step_timeout_s: Optional[float] = _f(
         60.0, "seconds one env step/reset may take; a slower env is treated as hung, restarted and its "
         "episode truncated (None: no limit)")
@@ -118,7 +118,7 @@ class EnvConfig:
             kwargs["max_steps"] = self.max_steps
         if self.instruction_style != "full":
             kwargs["instruction_style"] = self.instruction_style
-        if self.text_style != "tidy":  # only BabyAI envs take it: left out at its default
+        if self.text_style != "balrog" and self.task.startswith("babyai/"):  # only BabyAI envs take it
             kwargs["text_style"] = self.text_style
         return kwargs
 

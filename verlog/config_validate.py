@@ -21,7 +21,7 @@ _CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
     "env.vector_mode": ("async", "sync"),
     "env.instruction_style": ("full", "brief"),
-    "env.text_style": ("tidy", "balrog"),
+    "env.text_style": ("balrog", "tidy"),
     "rollout.engine": ("hf", "vllm"),
     "ppo.kl_kind": ("k1", "k2", "k3"),
     "logging.wandb_mode": ("offline", "online", "disabled"),
@@ -121,9 +121,6 @@ def _cross_field_problem(cfg: Any) -> str | None:
         return "memory.reply_prefix: expected a non-empty text or null (off), got ''"
     if cfg.ppo.dual_clip is not None and cfg.ppo.dual_clip <= 1.0:
         return f"ppo.dual_clip: expected a number > 1 or null, got {cfg.ppo.dual_clip}"
-    if cfg.env.text_style != "tidy" and cfg.agent.loop == "env" and not cfg.env.task.startswith("babyai/"):
-        return (f"env.text_style: only BabyAI tasks have text styles; leave it at tidy for {cfg.env.task!r} "
-                f"(got {cfg.env.text_style!r})")
     turns = rollout.turns_per_env * cfg.env.num_envs
     if turns % cfg.ppo.minibatches:
         return (f"ppo.minibatches: the batch of {turns} turns (rollout.turns_per_env x env.num_envs) "

@@ -2,10 +2,10 @@
 
 Each observation lists what the agent sees in its 7x7 egocentric view (minigrid's own partial view,
 walls and closed doors blocking sight), one item per line, in one of two text styles
-(:mod:`verlog.envs.babyai_text`): ``text_style="tidy"`` (the default) is Verlog's wording (the nearest
-wall ahead, left and right, objects nearest first, ``an open`` door, ``You carry`` last), ``"balrog"``
-is byte for byte BALROG's text (``You carry a red key`` first; a wall ahead, left or right only when
-nothing stands in between; objects column by column from the left, far rows first; ``a open`` door).
+(:mod:`verlog.envs.babyai_text`): ``text_style="balrog"`` (the default) is byte for byte BALROG's text
+(``You carry a red key`` first; a wall ahead, left or right only when nothing stands in between;
+objects column by column from the left, far rows first; ``a open purple door``), ``"tidy"`` Verlog's
+earlier wording (walls behind objects too, nearest objects first, ``an open``, ``You carry`` last).
 
 The six actions are BALROG's: ``turn left``, ``turn right``, ``go forward``, ``pick up``, ``drop``,
 ``toggle``; the default (for invalid replies) is ``go forward``. The reward is minigrid's native
@@ -242,8 +242,8 @@ class BabyAITextEnv(TextEnv):
         distance_shaping: beta >= 0 of the distance shaping (module docstring), reward per cell;
             0 (the default) is off.
         shaping_gamma: the learner's step discount, the gamma of the shaping term (in [0, 1]).
-        text_style: the observation text, ``"tidy"`` (Verlog's wording; the default) or ``"balrog"``
-            (BALROG's, byte for byte); see :mod:`verlog.envs.babyai_text`.
+        text_style: the observation text, ``"balrog"`` (BALROG's, byte for byte; the default) or
+            ``"tidy"`` (Verlog's earlier wording); see :mod:`verlog.envs.babyai_text`.
 
     Attributes:
         minigrid: the raw minigrid level (for inspection and hand-made test layouts).
@@ -267,7 +267,7 @@ class BabyAITextEnv(TextEnv):
         instruction_style: str = "full",
         distance_shaping: float = 0.0,
         shaping_gamma: float = 1.0,
-        text_style: str = "tidy",
+        text_style: str = "balrog",
     ) -> None:
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
         if text_style not in TEXT_STYLES:
@@ -366,7 +366,7 @@ def make_babyai(
     instruction_style: str = "full",
     distance_shaping: float = 0.0,
     shaping_gamma: float = 1.0,
-    text_style: str = "tidy",
+    text_style: str = "balrog",
 ) -> BabyAITextEnv:
     """Build the BabyAI task ``task`` (a key of :data:`BABYAI_TASKS`).
 

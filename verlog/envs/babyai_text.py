@@ -22,6 +22,10 @@ minigrid fork BALROG pins, with BALROG's ``You see`` prefix removed), quirks inc
 objects, objects nearest first (distance = steps sideways + forward, then forward, then left to
 right), ``an open yellow door``, ``lava``, coloured floor tiles not listed, ``You carry ...`` last, and
 ``You see nothing around you.`` for an empty view.
+
+The ``"balrog"`` rules were read off the fork's description code; ``tests/test_babyai_balrog.py``
+checks them against that code's own output (``tests/data/balrog_babyai.jsonl``; ``docs/balrog.md``
+says how it was made).
 """
 
 from __future__ import annotations
