@@ -1,6 +1,6 @@
 """Supervised probe: how fast can the tiny model learn to pick BabyAI's target out of the distractors?
 
-    python benchmarks/probe_goto_matching.py [--task babyai/goto --steps 1500 --lr 1e-3]
+    python benchmarks/probe_goto_matching.py [--task babyai/goto_local --steps 1500 --lr 1e-3]
         [--hidden 64 --heads 4 --layers 2 --intermediate 256 --threads 1]
 
 Not a speed target: evidence for why ``recipes/babyai_goto.yaml`` stays far below its 0.8
@@ -20,7 +20,7 @@ States are the first observation after 0–5 random turns/moves from random seed
 fresh batch; accuracy is measured on ``--test-size`` held-out states by scoring the three replies,
 overall and on the states where the target is described (where the mission must be matched against
 the object list). On ``babyai/easy_goto`` (the red ball alone) a 1-head model reaches 1.00 in 200
-steps; on ``babyai/goto`` (a different mission every episode, 8 distractors) it must match colour
+steps; on ``babyai/goto_local`` (a different mission every episode, 8 distractors) it must match colour
 and type against the listed objects, and stalls near 0.85 (docs/results.md).
 """
 
@@ -80,7 +80,7 @@ def oracle_action(mission: str, observation: str) -> tuple[int, bool]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--task", default="babyai/goto")
+    parser.add_argument("--task", default="babyai/goto_local")
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)

@@ -28,7 +28,7 @@ BAD_OVERRIDES = [
     "model.tiny.num_heads=0", "model.tiny.hidden_size=101", "ppo.critic_warmup_iterations=1000",
     # bad enum values
     "rollout.engine=sglang", "model.dtype=int8", "env.vector_mode=threads", "ppo.kl_kind=k4",
-    "env.instruction_style=terse", "logging.wandb_mode=maybe", "env.task=babyai/nonexistent",
+    "env.instruction_style=terse", "env.text_style=fancy", "logging.wandb_mode=maybe", "env.task=babyai/nonexistent",
     "env.task=nofamily", "model.dtype=",
     # malformed override syntax
     "noequals", "=1", "ppo..x=1", "ppo.=1", "1abc=2", "a b=1",

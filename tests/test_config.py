@@ -62,6 +62,7 @@ def test_text_that_yaml_reads_as_a_mapping_stays_text():
     (["ppo.dual_clip=0.5"], "ppo.dual_clip"),
     (["deepspeed.zero_stage=4"], "deepspeed.zero_stage"),
     (["rollout.vllm_sleep_between_updates=true"], "rollout.vllm_sleep_between_updates"),  # the hf engine
+    (["env.text_style=fancy"], "env.text_style"),
     (["noequals"], "noequals"),
     (["ppo..x=1"], "ppo..x=1"),
 ])
@@ -99,6 +100,18 @@ def test_every_field_has_a_doc():
     keys = {key for key, *_ in rows}
     assert {"ppo.actor_lr", "gae.gamma_step", "memory.history_turns", "agent.credit", "model.tiny.seed"} <= keys
     assert not {"agent", "model", "model.tiny"} & keys  # sections are expanded into their keys
+
+
+def test_text_style_reaches_the_env_only_when_not_the_default():
+    from verlog.envs import make_env
+
+    assert "text_style" not in load_recipe("crafter").env.env_kwargs()
+    assert load_recipe("tiny", ["env.task=crafter/default"]).env.env_kwargs()["text_style"] == "tidy"  # pinned
+    assert "text_style" not in load_recipe("tiny", ["env.text_style=balrog"]).env.env_kwargs()
+    assert make_env("babyai/easy_goto").text_style == "balrog"
+    cfg = load_recipe("tiny")  # the tiny recipe keeps the wording its results were measured with
+    assert cfg.env.env_kwargs()["text_style"] == "tidy"
+    assert make_env(cfg.env.task, **cfg.env.env_kwargs()).text_style == "tidy"
 
 
 def test_critic_warmup_must_leave_policy_updates():

@@ -203,15 +203,16 @@ def test_text_style_option_and_its_config_key():
     assert "grass" not in obs.split("\n\n")[0] and "to your" not in obs
     with pytest.raises(ValueError, match="text_style"):
         make_env("crafter/default", text_style="pretty")
-    assert "text_style" not in load_recipe("tiny", ["env.task=crafter/default"]).env.env_kwargs()
+    assert "text_style" not in load_recipe("crafter").env.env_kwargs()
     cfg = load_recipe("tiny", ["env.task=crafter/default", "env.text_style=tidy"])
     assert cfg.env.env_kwargs()["text_style"] == "tidy"
     check_buildable(cfg)
     with pytest.raises(ConfigError, match="env.text_style"):
         load_recipe("tiny", ["env.text_style=pretty"])
-    with pytest.raises(ConfigError, match="env.text_style: babyai/goto has only BALROG's text"):
-        check_buildable(load_recipe("tiny", ["env.task=babyai/goto", "env.text_style=tidy"]))
-    assert accepts_argument("crafter/default", "text_style") and not accepts_argument("babyai/goto", "text_style")
+    with pytest.raises(ConfigError, match="env.text_style: babaisai/goto_win has only BALROG's text"):
+        check_buildable(load_recipe("tiny", ["env.task=babaisai/goto_win", "env.text_style=tidy"]))
+    assert accepts_argument("crafter/default", "text_style") and accepts_argument("babyai/goto", "text_style")
+    assert not accepts_argument("babaisai/goto_win", "text_style")
     with pytest.raises(ValueError, match="unknown environment"):
         accepts_argument("crafter/hard", "text_style")
 

@@ -55,6 +55,18 @@ def test_babyai_potential_is_the_grid_distance_to_the_missions_object():
     assert target_distance(env.minigrid) == 4
 
 
+@pytest.mark.parametrize("task, target", [("goto", "key ball box"), ("pickup", "key ball box"), ("open", "door")])
+def test_on_balrogs_levels_the_potential_measures_to_the_one_target(task, target):
+    # BALROG's goto and pickup hold one object, open one door (the locked one): the distance is to it.
+    env = make_env(f"babyai/{task}")
+    for seed in range(10):
+        env.reset(seed=seed)
+        grid, (ax, ay) = env.minigrid.grid, env.minigrid.agent_pos
+        (tx, ty), = [(x, y) for x in range(grid.width) for y in range(grid.height)
+                     if (c := grid.get(x, y)) is not None and c.type in target.split()]
+        assert target_distance(env.minigrid) == abs(tx - ax) + abs(ty - ay)
+
+
 def test_shaped_steps_add_the_term_and_leave_success_alone():
     beta, gamma = 0.1, 0.9
     plain, shaped = make_env("babyai/easy_goto"), make_env("babyai/easy_goto", distance_shaping=beta,
@@ -92,8 +104,10 @@ def test_only_training_envs_are_shaped():
 
 
 @pytest.mark.parametrize("task, message", [
-    ("babyai/putnext", "env.distance_shaping: babyai/putnext: PutNext"),
+    ("babyai/putnext", "env.distance_shaping: babyai/putnext: BalrogLocalLevel's mission 'put the "),
     ("babyai/pick_up_seq_go_to", "env.distance_shaping: babyai/pick_up_seq_go_to:"),
+    ("babyai/putnext_local", "env.distance_shaping: babyai/putnext_local: PutNext"),
+    ("babyai/pickup_then_goto_local", "env.distance_shaping: babyai/pickup_then_goto_local:"),
     ("crafter/default", "env.distance_shaping: crafter/default has no distance shaping"),
 ])
 def test_tasks_without_one_target_are_refused_in_one_line(task, message):
@@ -104,7 +118,8 @@ def test_tasks_without_one_target_are_refused_in_one_line(task, message):
 
 
 def test_shaping_is_checked_on_the_tasks_that_have_it():
-    for task in ("babyai/goto", "babyai/pickup", "babyai/open", "babyai/easy_goto"):
+    for task in ("babyai/goto", "babyai/pickup", "babyai/open", "babyai/goto_local", "babyai/pickup_loc",
+                 "babyai/open_door_color", "babyai/easy_goto"):
         check_distance_shaping(load_recipe("tiny", [f"env.task={task}", "env.distance_shaping=0.1"]))
     with pytest.raises(ValueError, match="distance_shaping"):
         make_env("babyai/goto", distance_shaping=-1.0)

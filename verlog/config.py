@@ -91,8 +91,8 @@ class EnvConfig:
     format_penalty: float = _f(-0.1, "added to the reward of a step whose reply was not a valid action")
     max_steps: Optional[int] = _f(None, "episode step limit (None: BALROG's limit for the task)")
     instruction_style: str = _f("full", "system prompt: full (BALROG's) or brief (mission + actions; for tiny models)")
-    text_style: str = _f("balrog", "observation text: balrog (byte for byte what BALROG's wrapper writes) or tidy "
-                         "(crafter only: Verlog's shorter wording, no ground tiles, sorted by distance)")
+    text_style: str = _f("balrog", "observation text: balrog (byte for byte what BALROG's wrapper writes, its quirks "
+                         "included) or tidy (Verlog's shorter wording; babyai/* and crafter/* have it)")
     step_timeout_s: Optional[float] = _f(
         60.0, "seconds one env step/reset may take; a slower env is treated as hung, restarted and its "
         "episode truncated (None: no limit)")

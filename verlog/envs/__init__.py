@@ -1,7 +1,9 @@
 """Text environments with the gymnasium API (string observations, raw reply strings as actions).
 
-Importing this package registers the BabyAI tasks (``babyai/goto``, ``babyai/pickup``, ``babyai/open``,
-``babyai/putnext``, ``babyai/pick_up_seq_go_to``, ``babyai/easy_goto``).
+Importing this package registers the BabyAI tasks: BALROG's ``babyai/goto``, ``babyai/pickup``,
+``babyai/open``, ``babyai/putnext``, ``babyai/pick_up_seq_go_to``, and ``babyai/goto_local``,
+``babyai/pickup_loc``, ``babyai/open_door_color``, ``babyai/putnext_local``,
+``babyai/pickup_then_goto_local``, ``babyai/easy_goto`` (see :data:`verlog.envs.babyai.BABYAI_TASKS`).
 """
 
 from verlog.envs import babyai as _babyai  # noqa: F401  (registers the babyai/* tasks)
