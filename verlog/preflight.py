@@ -140,7 +140,7 @@ def check_buildable(cfg: TrainConfig) -> None:
         raise ConfigError(f"env.task: expected a registered environment <family>/<task>, got {cfg.env.task!r}")
     if cfg.agent.loop == "env" and cfg.env.text_style != "balrog" and not accepts_argument(cfg.env.task, "text_style"):
         raise ConfigError(f"env.text_style: {cfg.env.task} has only BALROG's text; {cfg.env.text_style} is offered "
-                          "by crafter/*")
+                          "by babyai/* and crafter/*")
     if cfg.agent.loop != "env" and cfg.agent.task not in AGENT_TASKS:
         raise ConfigError(f"agent.task: expected one of {', '.join(sorted(AGENT_TASKS))}, got {cfg.agent.task!r}")
     if cfg.agent.loop == "proxy":
