@@ -14,12 +14,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from verlog.catalog import REPLY_PREFIX
 from verlog.envs import make_env
 from verlog.memory import completion_of
 from verlog.rollout.runner import EpisodeSpec, run_episodes
 from verlog.scoring import pack_pairs, policy_outputs
-
-REPLY_PREFIX = "ACTION: "
 
 
 def format_reply(action: str) -> str:

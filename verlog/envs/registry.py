@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from verlog.envs.base import TextEnv
 
-__all__ = ["FAMILIES", "register", "make_env", "list_envs", "is_registered"]
+__all__ = ["FAMILIES", "register", "make_env", "list_envs", "is_registered", "registered_names"]
 
 _FACTORIES: dict[str, Callable[..., TextEnv]] = {}
 
@@ -67,6 +67,11 @@ def list_envs() -> list[str]:
     """
     for family in FAMILIES:
         _load_family(family)
+    return sorted(_FACTORIES)
+
+
+def registered_names() -> list[str]:
+    """Sorted names registered in this process so far (imports nothing; see :func:`list_envs` for all)."""
     return sorted(_FACTORIES)
 
 
