@@ -522,7 +522,8 @@ def read_recipe_text(text: str, where: str) -> dict[str, Any]:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as err:
         raise ConfigError(f"{where}: malformed YAML {_yaml_error(err)}") from None
-    if root is None or (isinstance(root, yaml.MappingNode) and not root.value):
+    empty_document = isinstance(root, yaml.ScalarNode) and root.tag == "tag:yaml.org,2002:null"  # "---", "null"
+    if root is None or empty_document or (isinstance(root, yaml.MappingNode) and not root.value):
         raise ConfigError(f"{where}: empty recipe (no keys); a recipe sets at least one key, e.g. name: my_run")
     if not isinstance(root, yaml.MappingNode):
         raise ConfigError(f"{where}: expected a mapping of keys at the top level")
