@@ -196,6 +196,13 @@ def test_typos_get_a_suggestion(override, suggestion, capsys):
     assert _run(train_main, ["tiny", override], capsys).endswith(suggestion)
 
 
+def test_make_env_suggests_the_closest_name():
+    from verlog.envs import make_env
+
+    with pytest.raises(ValueError, match=r"did you mean 'babyai/pickup'\?$"):
+        make_env("babyai/pickupp")
+
+
 def test_gpu_recipe_error_names_the_recipe(capsys, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU visible, whatever this machine has
     line = _run(train_main, ["crafter", "name=my_run"], capsys)

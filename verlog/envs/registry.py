@@ -12,6 +12,7 @@ import importlib
 import inspect
 from typing import Any, Callable
 
+from verlog.catalog import did_you_mean
 from verlog.envs.base import TextEnv
 
 __all__ = ["FAMILIES", "register", "make_env", "list_envs", "is_registered", "registered_names"]
@@ -88,14 +89,14 @@ def make_env(name: str, **kwargs: Any) -> TextEnv:
     """Build the registered environment ``name`` with keyword arguments ``kwargs``.
 
     Raises:
-        ValueError: unknown ``name`` (the message lists the known names).
+        ValueError: unknown ``name`` (the message lists the known names and suggests the closest).
         TypeError: arguments the factory does not accept (the message lists the accepted ones), or a
             factory that does not return a ``TextEnv``.
     """
     if not is_registered(name):
         raise ValueError(
             f"unknown environment {name!r}; names are <family>/<task> with family one of {sorted(FAMILIES)}; "
-            f"registered so far: {sorted(_FACTORIES)}"
+            f"registered so far: {sorted(_FACTORIES)}{did_you_mean(name, _FACTORIES)}"
         )
     factory = _FACTORIES[name]
     try:
