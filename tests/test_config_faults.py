@@ -250,6 +250,7 @@ MALFORMED_FILES = [
     ("env:\n  task: babyai/gotoo\n", "env.task"), ("resume: /nonexistent\n", "resume"),
     ("seed: !!python/object/apply:os.system [echo]\n", "recipe"), ("1: 2\n", "1"), ("model:\n  tiny: 3\n", "model.tiny"),
     ("ppo:\n  epochs: 9223372036854775808\n", "ppo.epochs"),
+    ("model:\n  lora_target_modules: " + "[" * 5000 + "]" * 5000 + "\n", "recipe"),
 ]
 
 

@@ -515,13 +515,15 @@ def read_recipe_text(text: str, where: str) -> dict[str, Any]:
         where: what the text is, for the messages (e.g. ``recipe recipes/tiny.yaml``).
 
     Raises:
-        ConfigError: one line: malformed YAML (with its line and column), an empty recipe, a top
-            level that is not a mapping, a duplicate key or an alias that contains itself (naming the key).
+        ConfigError: one line: malformed YAML (with its line and column), nesting deeper than the
+            recursion limit, an empty recipe, a top level that is not a mapping, a duplicate key or an alias that contains itself (naming the key).
     """
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as err:
         raise ConfigError(f"{where}: malformed YAML {_yaml_error(err)}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ConfigError(f"{where}: YAML nested too deeply (more than Python's recursion limit)") from None
     empty_document = isinstance(root, yaml.ScalarNode) and root.tag == "tag:yaml.org,2002:null"  # "---", "null"
     if root is None or empty_document or (isinstance(root, yaml.MappingNode) and not root.value):
         raise ConfigError(f"{where}: empty recipe (no keys); a recipe sets at least one key, e.g. name: my_run")
