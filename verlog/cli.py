@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import NoReturn
 
-from verlog.config import ConfigError, TrainConfig, field_docs, load_recipe
+from verlog.config import ConfigError, TrainConfig, field_docs, load_recipe, section_docs
 
 
 def _fail(message: str) -> NoReturn:
@@ -25,10 +27,20 @@ class _Parser(argparse.ArgumentParser):
         _fail(message)
 
 
-def _config_help() -> str:
-    lines = ["config keys (override with key=value):"]
+def _config_help(width: int = 100) -> str:
+    """The config keys, section by section: a heading per section, then one entry per key (its doc,
+    type and default), wrapped to ``width`` columns."""
+    sections = section_docs()
+    lines = ["config keys (override with key=value; a recipe sets them as nested YAML):"]
+    current = None
     for key, typ, default, doc in field_docs():
-        lines.append(f"  {key:<36} {doc} [{typ.replace('typing.', '')}, default: {default!r}]")
+        section = key.rpartition(".")[0]
+        if section != current:
+            current = section
+            lines += ["", f"{section or 'run'}: {sections.get(section, 'the run itself')}"]
+        text = f"{doc} [{typ.replace('typing.', '')}, default: {default!r}]"
+        lines += textwrap.wrap(text, width, initial_indent=f"  {key:<34} ", subsequent_indent=" " * 37,
+                               break_on_hyphens=False)
     return "\n".join(lines)
 
 
@@ -43,16 +55,34 @@ def _quiet_libraries() -> None:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
 
 
-def _load_config(recipe: str, overrides: list[str]) -> TrainConfig:
-    """The validated config of ``recipe`` with ``overrides``, whose names all exist; exits 2 otherwise."""
-    from verlog.preflight import check_buildable  # imports the env, agent and proxy registries
+def _load_config(recipe: str, overrides: list[str], *, train: bool = False) -> TrainConfig:
+    """The validated config of ``recipe`` with ``overrides``, whose names all exist; exits 2 otherwise.
+
+    Imports nothing heavy (see :mod:`verlog.preflight`), so every config error is reported within
+    a second or two of the command. For training (``train``) also checks ``resume`` and the
+    recipe's ``gpus_per_node``.
+    """
+    from verlog.preflight import check_buildable, check_gpus, check_resume
 
     try:
         cfg = load_recipe(recipe, overrides)
         check_buildable(cfg)
+        if train:
+            check_resume(cfg)
+            check_gpus(cfg, f"recipe {recipe}")
     except ConfigError as err:
         _fail(str(err))
     return cfg
+
+
+def _use_threads(threads: int) -> None:
+    """Run with ``threads`` intra-op threads: ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` for what starts
+    later (env workers, a first torch import) and torch's own setting."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 def train_main(argv: list[str] | None = None) -> None:
@@ -62,7 +92,8 @@ def train_main(argv: list[str] | None = None) -> None:
     parser.add_argument("recipe", help="recipe name from recipes/ (e.g. tiny) or a YAML file")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. ppo.actor_lr=1e-5")
     args = parser.parse_args(argv)
-    cfg = _load_config(args.recipe, args.overrides)
+    cfg = _load_config(args.recipe, args.overrides, train=True)
+    _use_threads(cfg.threads)
     _quiet_libraries()
     from verlog.models import ModelLoadError
     from verlog.rollout.engine import EngineConfigError
@@ -144,6 +175,7 @@ def eval_main(argv: list[str] | None = None) -> None:
             model_dir, recipe = _resolve_checkpoint(Path(args.checkpoint))
         overrides.append(f"model.path={model_dir}")
     cfg = _load_config(str(recipe) if recipe else "tiny", overrides)
+    _use_threads(cfg.threads)
     _quiet_libraries()
     from verlog.builders import decoder, memory_factory, sampling_params
     from verlog.evaluate import EvalResult, ModelPolicy, RandomPolicy

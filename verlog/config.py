@@ -9,6 +9,7 @@ values raise :class:`ConfigError` with one line naming the key. Validation of va
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional, get_type_hints
@@ -364,7 +365,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     Short names in :data:`ALIASES` are expanded (``algorithm=grpo`` -> ``algo.algorithm``).
 
     Raises:
-        ConfigError: an item is not of the form ``key=value``.
+        ConfigError: an item is not of the form ``key=value``, or a key is given twice.
     """
     out: dict[str, Any] = {}
     for item in overrides:
@@ -372,6 +373,8 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         key = ALIASES.get(key.strip(), key.strip())
         if not sep or not key or any(not part.isidentifier() for part in key.split(".")):
             raise ConfigError(f"{item}: expected an override of the form key=value (e.g. ppo.actor_lr=1e-5)")
+        if key in out:
+            raise ConfigError(f"{key}: given twice on the command line; give each key once")
         if raw.strip() in ("None", "none", "null", "~", ""):
             out[key] = None
             continue
@@ -385,12 +388,71 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     return out
 
 
+def _section_types(cls: type) -> dict[str, Any]:
+    """Field name -> its dataclass type for the sections of ``cls``, None for its leaves."""
+    hints = get_type_hints(cls)
+    return {f.name: hints[f.name] if dataclasses.is_dataclass(hints[f.name]) else None
+            for f in dataclasses.fields(cls)}
+
+
+def _unknown_key(dotted: str, name: str, fields: dict[str, Any]) -> ConfigError:
+    close = difflib.get_close_matches(name, list(fields), n=1)
+    hint = f"; did you mean {dotted[:len(dotted) - len(name)]}{close[0]}?" if close else ""
+    return ConfigError(f"{dotted}: unknown key{hint}")
+
+
+def _check_shape(data: Any, cls: type, prefix: str) -> None:
+    """Every key of a recipe mapping is a field of ``cls`` and every section gets a mapping.
+
+    Raises:
+        ConfigError: ``<key>: unknown key`` (with the closest field) or ``<key>: expected a section``.
+    """
+    fields = _section_types(cls)
+    for name, value in data.items():
+        dotted = f"{prefix}{name}"
+        if not isinstance(name, str) or name not in fields:
+            raise _unknown_key(dotted, str(name), fields)
+        section = fields[name]
+        if section is None:
+            continue
+        if not isinstance(value, dict):
+            raise ConfigError(f"{dotted}: expected a section (a mapping of its keys, e.g. {dotted}.<key>), "
+                              f"got {value!r}")
+        _check_shape(value, section, dotted + ".")
+
+
+def _check_override_key(key: str, value: Any) -> None:
+    """The dotted ``key`` of an override names a field, and a section gets a mapping.
+
+    Raises:
+        ConfigError: one line naming the key.
+    """
+    cls: Any = TrainConfig
+    parts = key.split(".")
+    for i, name in enumerate(parts):
+        fields = _section_types(cls)
+        dotted = ".".join(parts[:i + 1])
+        if name not in fields:
+            raise _unknown_key(dotted, name, fields)
+        if fields[name] is None:
+            if i < len(parts) - 1:
+                raise ConfigError(f"{key}: {dotted} is a value, not a section with keys")
+            return
+        cls = fields[name]
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a section (a mapping of its keys, e.g. {key}.<key>=...), got {value!r}")
+    _check_shape(value, cls, key + ".")
+
+
 def build_config(data: dict[str, Any], overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Merge a recipe mapping and dotted overrides onto the defaults and validate.
 
     Raises:
         ConfigError: unknown key, wrong type or invalid value (one line naming the key).
     """
+    _check_shape(data or {}, TrainConfig, "")
+    for key, value in (overrides or {}).items():
+        _check_override_key(key, value)
     schema = OmegaConf.structured(TrainConfig)
     try:
         merged = OmegaConf.merge(schema, OmegaConf.create(data or {}))
@@ -405,23 +467,97 @@ def build_config(data: dict[str, Any], overrides: dict[str, Any] | None = None) 
     return validate(cfg)
 
 
+def _position(mark: Any) -> str:
+    """``line L, column C`` (1-based) of a PyYAML mark."""
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _yaml_error(err: yaml.YAMLError) -> str:
+    """A PyYAML error as one line with its line and column (and those of its context, if any)."""
+    if not isinstance(err, yaml.MarkedYAMLError) or err.problem_mark is None:
+        return " ".join(str(err).split())
+    where = f"at {_position(err.problem_mark)}: {' '.join(str(err.problem).split())}"
+    if err.context:
+        context_at = f" at {_position(err.context_mark)}" if err.context_mark is not None else ""
+        where += f" ({' '.join(str(err.context).split())}{context_at})"
+    return where
+
+
+def _check_nodes(node: yaml.Node, key: str, on_path: set[int], checked: set[int]) -> None:
+    """Refuse duplicate mapping keys and aliases that contain themselves, naming the dotted key.
+
+    Each node is checked once (``checked``), so aliases shared many times cost nothing extra.
+
+    Raises:
+        ConfigError: ``<key>: duplicate key (lines A and B)`` or ``<key>: YAML alias ... refers to itself``.
+    """
+    if id(node) in on_path:
+        raise ConfigError(f"{key or 'recipe'}: a YAML alias (at {_position(node.start_mark)}) refers to the "
+                          "mapping or list that contains it, which has no finite value")
+    if id(node) in checked:
+        return
+    on_path.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            name = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+            dotted = f"{key}.{name}" if key else name
+            if name in seen and name != "<<":  # "<<" merges a mapping in; it may repeat
+                raise ConfigError(f"{dotted}: duplicate key (lines {seen[name] + 1} and "
+                                  f"{key_node.start_mark.line + 1}); give each key once")
+            seen[name] = key_node.start_mark.line
+            _check_nodes(value_node, key if name == "<<" else dotted, on_path, checked)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_nodes(item, f"{key}[{i}]", on_path, checked)
+    on_path.discard(id(node))
+    checked.add(id(node))
+
+
+def read_recipe_text(text: str, where: str) -> dict[str, Any]:
+    """The mapping of a recipe's YAML text.
+
+    Args:
+        where: what the text is, for the messages (e.g. ``recipe recipes/tiny.yaml``).
+
+    Raises:
+        ConfigError: one line: malformed YAML (with its line and column), nesting deeper than the
+            recursion limit, an empty recipe, a top level that is not a mapping, a duplicate key or an alias that contains itself (naming the key).
+    """
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where}: malformed YAML {_yaml_error(err)}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise ConfigError(f"{where}: YAML nested too deeply (more than Python's recursion limit)") from None
+    empty_document = isinstance(root, yaml.ScalarNode) and root.tag == "tag:yaml.org,2002:null"  # "---", "null"
+    if root is None or empty_document or (isinstance(root, yaml.MappingNode) and not root.value):
+        raise ConfigError(f"{where}: empty recipe (no keys); a recipe sets at least one key, e.g. name: my_run")
+    if not isinstance(root, yaml.MappingNode):
+        raise ConfigError(f"{where}: expected a mapping of keys at the top level")
+    _check_nodes(root, "", set(), set())
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:  # a value the safe constructor refuses (e.g. an unknown tag)
+        raise ConfigError(f"{where}: malformed YAML {_yaml_error(err)}") from None
+    return data
+
+
 def load_recipe(recipe: str, overrides: list[str] | None = None) -> TrainConfig:
     """Load a recipe (name or YAML path) with ``key=value`` overrides into a validated config.
 
     Raises:
-        ConfigError: missing recipe, malformed YAML, unknown key, wrong type or bad value.
+        ConfigError: missing or empty recipe, malformed YAML (line and column), a duplicate key,
+            a self-referencing alias, unknown key, wrong type or bad value.
     """
     path = resolve_recipe(recipe)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"recipe {path}: malformed YAML ({str(err).splitlines()[0]})") from None
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise ConfigError(f"recipe {path}: expected UTF-8 YAML text, found undecodable bytes at offset {err.start}") from None
     except OSError as err:
         raise ConfigError(f"recipe {path}: cannot read it ({err.strerror or type(err).__name__})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"recipe {path}: expected a mapping of keys at the top level")
+    data = read_recipe_text(text, f"recipe {path}")
     return build_config(data, parse_overrides(overrides or []))
 
 
@@ -449,5 +585,17 @@ def field_docs(cls: type = TrainConfig, prefix: str = "") -> list[tuple[str, str
     return rows
 
 
+def section_docs(cls: type = TrainConfig, prefix: str = "") -> dict[str, str]:
+    """Every section as ``{dotted key: doc}`` (``model``, ``model.tiny``, ...) in field order — for ``--help``."""
+    hints = get_type_hints(cls)
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out[f"{prefix}{f.name}"] = f.metadata.get("doc", "")
+            out.update(section_docs(hints[f.name], f"{prefix}{f.name}."))
+    return out
+
+
 __all__ = ["ConfigError", "TrainConfig", "AlgoConfig", "load_recipe", "build_config", "validate", "field_docs",
+           "read_recipe_text", "section_docs",
            "save_config", "to_dict", "parse_overrides", "MISSING", "DictConfig"]

@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Any, Iterator
 
-__all__ = ["AGENT_LOOPS", "first_problem"]
+__all__ = ["AGENT_LOOPS", "INT_MAX", "SEED_MAX", "first_problem"]
 
 AGENT_LOOPS = ("env", "tools", "proxy")
 
@@ -51,6 +51,10 @@ _NON_NEGATIVE = (
 )
 #: Optional keys that must be positive when set.
 _POSITIVE_OR_NONE = ("ppo.target_kl", "ppo.value_clip", "env.step_timeout_s", "env.max_steps")
+#: Seeds feed numpy's legacy seeding (0..2**32-1); every other int feeds torch/numpy int64 at most.
+_SEEDS = ("seed", "eval.seed", "model.tiny.seed")
+SEED_MAX = 2**32 - 1
+INT_MAX = 2**63 - 1
 _UNIT_INTERVAL = ("gae.gamma_step", "gae.lam_step", "gae.gamma_token", "gae.lam_token", "rollout.top_p",
                   "algo.gigpo_gamma", "algo.reinforce_pp_gamma", "agent.credit_gamma")
 
@@ -77,6 +81,10 @@ def _table_problem(cfg: Any) -> str | None:
     for key, value in _leaves(cfg):
         if isinstance(value, float) and not math.isfinite(value):
             return f"{key}: expected a finite number, got {value!r}"
+        limit = SEED_MAX if key in _SEEDS else INT_MAX
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > limit:
+            what = "a seed in 0..2**32-1 (numpy's seed range)" if key in _SEEDS else "an integer within int64 (|x| < 2**63)"
+            return f"{key}: expected {what}, got {value}"
     for key, choices in _CHOICES.items():
         if _get(cfg, key) not in choices:
             return f"{key}: expected one of {', '.join(choices)}, got {_get(cfg, key)!r}"
@@ -151,7 +159,7 @@ def _algo_problem(cfg: Any) -> str | None:
 def first_problem(cfg: Any) -> str | None:
     """The first value problem of ``cfg`` (a :class:`~verlog.config.TrainConfig`), or None.
 
-    Order: non-finite numbers, choices, ranges, cross-field rules, the ``agent`` section (tool
+    Order: non-finite numbers and integers out of their range (seeds 0..2**32-1, others int64), choices, ranges, cross-field rules, the ``agent`` section (tool
     loops only), LoRA with ZeRO-3, the ``algo`` section.
 
     Returns:

@@ -1,26 +1,31 @@
 """Checks that a valid config can be built: every name it gives exists where it is looked up.
 
-:func:`verlog.config.validate` checks values alone (types, ranges, choices); the names below need
-the registries of the layers above the config, so they are checked here, once the config is loaded
-and before anything is built: the algorithm (its entry in :data:`verlog.algos.registry.ALGORITHMS`
-and what the entry requires of the rest of the config), the environment task, the tool task, the
-proxy's credit mode and the proxy's agent function; and that the reply prefix applies (text envs
-only, and a start of the format warm-up's replies).
+:func:`verlog.config.validate` checks values alone (types, ranges, choices); the names below are
+checked here, once the config is loaded and before anything is built: the algorithm (its traits in
+:data:`verlog.catalog.ALGORITHM_TRAITS` and what they require of the rest of the config), the
+environment task, the tool task, the proxy's credit mode and the proxy's agent function; that the
+reply prefix applies (text envs only, and a start of the format warm-up's replies); that ``resume``
+names a run directory; and that the machine has the GPUs a recipe asks for.
+
+Names are checked against the import-free lists of :mod:`verlog.catalog`, so a bad name is refused
+within a second of the command; the heavy modules (env families, torch, an agent's module) are
+imported only by the checks that need them: :func:`check_state_keys` and
+:func:`check_distance_shaping` build an env, ``agent.agent`` imports the agent's module.
 """
 
 from __future__ import annotations
 
-from verlog.agent.loading import load_agent_fn
-from verlog.agent.tasks import AGENT_TASKS
-from verlog.algos.registry import ALGORITHMS
-from verlog.config import ConfigError, TrainConfig
-from verlog.envs.registry import accepts_argument, is_registered, make_env
-from verlog.frozen_base import SPLITTABLE_MODEL_TYPES
-from verlog.proxy.adapter import CREDIT_MODES
-from verlog.warmup import REPLY_PREFIX
+import importlib.util
+import os
+import sys
+from pathlib import Path
 
-__all__ = ["check_algorithm", "check_buildable", "check_distance_shaping", "check_reply_prefix", "check_state_keys",
-           "check_trainable_layers"]
+from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, REPLY_PREFIX, TIDY_TEXT_FAMILIES,
+                            did_you_mean, env_names)
+from verlog.config import ConfigError, TrainConfig
+
+__all__ = ["check_algorithm", "check_buildable", "check_distance_shaping", "check_gpus", "check_reply_prefix",
+           "check_resume", "check_state_keys", "check_trainable_layers"]
 
 
 def check_algorithm(cfg: TrainConfig) -> None:
@@ -33,12 +38,15 @@ def check_algorithm(cfg: TrainConfig) -> None:
             needs state keys on tool conversations (which report none).
     """
     algo = cfg.algo
-    spec = ALGORITHMS.get(algo.algorithm)
+    spec = ALGORITHM_TRAITS.get(algo.algorithm)
     if spec is None:
-        raise ConfigError(f"algo.algorithm: expected one of {', '.join(ALGORITHMS)}, got {algo.algorithm!r}")
-    if spec.needs_critic and cfg.ppo.critic_warmup_iterations >= cfg.iterations:
-        raise ConfigError(f"ppo.critic_warmup_iterations: {cfg.ppo.critic_warmup_iterations} leaves no policy update "
-                          f"in {cfg.iterations} iterations")
+        raise ConfigError(f"algo.algorithm: expected one of {', '.join(ALGORITHM_TRAITS)}, got {algo.algorithm!r}"
+                          f"{did_you_mean(algo.algorithm, ALGORITHM_TRAITS)}")
+    warmup = cfg.ppo.critic_warmup_iterations
+    if spec.needs_critic and warmup >= cfg.iterations:
+        raise ConfigError(f"ppo.critic_warmup_iterations: {warmup} value-only iterations leave no policy update in "
+                          f"iterations={cfg.iterations}; use iterations={warmup + 1} or more, or "
+                          f"ppo.critic_warmup_iterations={cfg.iterations - 1} or less")
     if spec.needs_state_keys and cfg.agent.loop != "env":
         raise ConfigError(f"algo.algorithm: {algo.algorithm} groups turns by exact environment state, which tool "
                           "conversations do not report; use grpo or another algorithm")
@@ -60,8 +68,10 @@ def check_state_keys(cfg: TrainConfig) -> None:
     Raises:
         ConfigError: one line naming ``algo.algorithm`` and the env.
     """
-    if not ALGORITHMS[cfg.algo.algorithm].needs_state_keys or cfg.agent.loop != "env":
+    if not ALGORITHM_TRAITS[cfg.algo.algorithm].needs_state_keys or cfg.agent.loop != "env":
         return
+    from verlog.envs.registry import make_env
+
     env = make_env(cfg.env.task, **cfg.env.env_kwargs())
     try:
         env.reset(seed=0)
@@ -83,6 +93,8 @@ def check_distance_shaping(cfg: TrainConfig) -> None:
     """
     if not cfg.env.distance_shaping or cfg.agent.loop != "env":
         return
+    from verlog.envs.registry import make_env
+
     try:
         env = make_env(cfg.env.task, **cfg.env.env_kwargs(shaping_gamma=cfg.gae.gamma_step))
     except TypeError:
@@ -120,8 +132,9 @@ def check_buildable(cfg: TrainConfig) -> None:
     """Check that the algorithm, environment, tool task, credit mode and agent function of ``cfg``
     exist (:func:`check_algorithm` included; :func:`check_state_keys` is separate: it builds an env).
 
-    Imports the environment family of ``env.task`` (agent loop ``env``) and the module of
-    ``agent.agent`` (agent loop ``proxy``).
+    Environment names are those of :mod:`verlog.catalog` and any registered in this process already
+    (:func:`verlog.envs.registry.register`); nothing is imported for them. Imports the module of
+    ``agent.agent`` (agent loop ``proxy``) when it exists.
 
     Raises:
         ConfigError: one line naming the first offending key: ``agent.credit`` not a credit mode of
@@ -136,18 +149,95 @@ def check_buildable(cfg: TrainConfig) -> None:
     check_trainable_layers(cfg)
     if cfg.agent.credit not in CREDIT_MODES:
         raise ConfigError(f"agent.credit: expected one of {', '.join(CREDIT_MODES)}, got {cfg.agent.credit!r}")
-    if cfg.agent.loop == "env" and not is_registered(cfg.env.task):
-        raise ConfigError(f"env.task: expected a registered environment <family>/<task>, got {cfg.env.task!r}")
-    if cfg.agent.loop == "env" and cfg.env.text_style != "balrog" and not accepts_argument(cfg.env.task, "text_style"):
+    if cfg.agent.loop == "env" and cfg.env.task not in _env_names():
+        raise ConfigError(f"env.task: expected a registered environment <family>/<task>, got {cfg.env.task!r}"
+                          f"{did_you_mean(cfg.env.task, _env_names())}")
+    if (cfg.agent.loop == "env" and cfg.env.text_style != "balrog"
+            and cfg.env.task.partition("/")[0] not in TIDY_TEXT_FAMILIES):
         raise ConfigError(f"env.text_style: {cfg.env.task} has only BALROG's text; {cfg.env.text_style} is offered "
-                          "by babyai/* and crafter/*")
-    if cfg.agent.loop != "env" and cfg.agent.task not in AGENT_TASKS:
-        raise ConfigError(f"agent.task: expected one of {', '.join(sorted(AGENT_TASKS))}, got {cfg.agent.task!r}")
+                          f"by {', '.join(f + '/*' for f in TIDY_TEXT_FAMILIES)}")
+    if cfg.agent.loop != "env" and cfg.agent.task not in AGENT_TASK_NAMES:
+        raise ConfigError(f"agent.task: expected one of {', '.join(sorted(AGENT_TASK_NAMES))}, got {cfg.agent.task!r}"
+                          f"{did_you_mean(cfg.agent.task, AGENT_TASK_NAMES)}")
     if cfg.agent.loop == "proxy":
+        _check_agent_fn(cfg.agent.agent)
+
+
+def _env_names() -> list[str]:
+    """The environment names of :mod:`verlog.catalog` and those registered in this process so far
+    (without importing the registry)."""
+    registry = sys.modules.get("verlog.envs.registry")
+    return sorted({*env_names(), *(registry.registered_names() if registry is not None else ())})
+
+
+def _check_agent_fn(path: str) -> None:
+    """``agent.agent`` names a callable ``module:function``; a module that cannot be found is refused
+    before anything is imported, an existing one is imported to find the function."""
+    module, _, name = path.partition(":")
+    if module and name:
         try:
-            load_agent_fn(cfg.agent.agent)
-        except ValueError as exc:
-            raise ConfigError(f"agent.agent: {exc}") from None
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package that is missing, or a malformed name
+            found = False
+        if not found:
+            raise ConfigError(f"agent.agent: cannot load {path!r}: no module named {module!r}")
+    from verlog.agent.loading import load_agent_fn
+
+    try:
+        load_agent_fn(path)
+    except ValueError as exc:
+        raise ConfigError(f"agent.agent: {exc}") from None
+
+
+def check_resume(cfg: TrainConfig) -> None:
+    """``resume`` (when set) names an existing run directory, one with a ``checkpoints`` directory.
+
+    Only that the directory is there is checked here, in milliseconds; the trainer picks its newest
+    complete checkpoint (and refuses a run without one).
+
+    Raises:
+        ConfigError: one line naming ``resume``.
+    """
+    if cfg.resume is None:
+        return
+    run = Path(cfg.resume)
+    if not run.is_dir():
+        raise ConfigError(f"resume: no run directory at {run} (resume=<run_root>/<name> of an earlier run)")
+    if not (run / "checkpoints").is_dir():
+        raise ConfigError(f"resume: {run} is not a run directory (no checkpoints/ in it)")
+
+
+def _gpu_devices_present() -> bool:
+    """Whether a CUDA (or ROCm) device could be visible at all: a driver's device node exists and
+    ``CUDA_VISIBLE_DEVICES`` does not hide every device. False is certain; True needs torch to count."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return any(Path(node).exists() for node in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd"))
+
+
+def check_gpus(cfg: TrainConfig, what: str) -> None:
+    """The node has the ``gpus_per_node`` CUDA GPUs the recipe asks for (nothing to check for 0).
+
+    Without a GPU device node the answer is known without importing torch; otherwise
+    ``torch.cuda.device_count()`` counts them.
+
+    Args:
+        what: what asks for them, for the message (e.g. ``"recipe smollm2_goto"``).
+
+    Raises:
+        ConfigError: one line naming ``gpus_per_node`` and ``what``.
+    """
+    need = cfg.gpus_per_node
+    if need <= 0:
+        return
+    found = 0
+    if _gpu_devices_present():
+        import torch
+
+        found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found < need:
+        raise ConfigError(f"gpus_per_node: {what} needs {need} CUDA GPU{'s' if need != 1 else ''} per node (see the "
+                          f"recipe's header for GPU memory); this machine has {found}")
 
 
 def check_trainable_layers(cfg: TrainConfig) -> None:
@@ -176,8 +266,15 @@ def check_trainable_layers(cfg: TrainConfig) -> None:
     for path, (kind, layers) in shapes.items():
         if not 0 <= k <= layers:
             raise ConfigError(f"model.trainable_layers: expected 0..{layers} (the layers of {path}), got {k}")
-        if cache and kind not in SPLITTABLE_MODEL_TYPES:
+        if cache and kind not in _splittable_model_types():
             raise ConfigError(f"model.cache_frozen_activations: model type {kind!r} of {path} is not supported "
-                              f"(supported: {', '.join(SPLITTABLE_MODEL_TYPES)})")
+                              f"(supported: {', '.join(_splittable_model_types())})")
     if k < 0:
         raise ConfigError(f"model.trainable_layers: expected >= 0, got {k}")
+
+
+def _splittable_model_types() -> tuple[str, ...]:
+    """:data:`verlog.frozen_base.SPLITTABLE_MODEL_TYPES` (imported when asked: it imports torch)."""
+    from verlog.frozen_base import SPLITTABLE_MODEL_TYPES
+
+    return tuple(SPLITTABLE_MODEL_TYPES)

@@ -16,13 +16,12 @@ from typing import Any, Callable, Sequence
 import torch
 from tqdm import tqdm
 
+from verlog.catalog import REPLY_PREFIX
 from verlog.envs import make_env
 from verlog.logging import phase_label
 from verlog.memory import completion_of
 from verlog.rollout.runner import EpisodeSpec, run_episodes
 from verlog.scoring import pack_pairs, policy_outputs
-
-REPLY_PREFIX = "ACTION: "
 
 
 def format_reply(action: str) -> str:

@@ -12,9 +12,10 @@ import importlib
 import inspect
 from typing import Any, Callable
 
+from verlog.catalog import did_you_mean
 from verlog.envs.base import TextEnv
 
-__all__ = ["FAMILIES", "accepts_argument", "register", "make_env", "list_envs", "is_registered"]
+__all__ = ["FAMILIES", "accepts_argument", "register", "make_env", "list_envs", "is_registered", "registered_names"]
 
 _FACTORIES: dict[str, Callable[..., TextEnv]] = {}
 
@@ -70,6 +71,11 @@ def list_envs() -> list[str]:
     return sorted(_FACTORIES)
 
 
+def registered_names() -> list[str]:
+    """Sorted names registered in this process so far (imports nothing; see :func:`list_envs` for all)."""
+    return sorted(_FACTORIES)
+
+
 def is_registered(name: str) -> bool:
     """Whether ``name`` is a registered environment (imports only its own family's module)."""
     if not isinstance(name, str):
@@ -98,14 +104,14 @@ def make_env(name: str, **kwargs: Any) -> TextEnv:
     """Build the registered environment ``name`` with keyword arguments ``kwargs``.
 
     Raises:
-        ValueError: unknown ``name`` (the message lists the known names).
+        ValueError: unknown ``name`` (the message lists the known names and suggests the closest).
         TypeError: arguments the factory does not accept (the message lists the accepted ones), or a
             factory that does not return a ``TextEnv``.
     """
     if not is_registered(name):
         raise ValueError(
             f"unknown environment {name!r}; names are <family>/<task> with family one of {sorted(FAMILIES)}; "
-            f"registered so far: {sorted(_FACTORIES)}"
+            f"registered so far: {sorted(_FACTORIES)}{did_you_mean(name, _FACTORIES)}"
         )
     factory = _FACTORIES[name]
     try:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from verlog.catalog import CREDIT_MODES
 from verlog.chat.samples import TurnSample, samples_batch_inputs
 from verlog.proxy.recorder import RolloutRecord
 
 __all__ = ["CREDIT_MODES", "rollout_samples", "proxy_batch_inputs"]
-
-CREDIT_MODES = ("final", "discounted", "gae")
 
 
 def rollout_samples(record: RolloutRecord, credit: str = "final", gamma: float = 1.0,

@@ -1,0 +1,105 @@
+"""The names a run configuration may give, as plain data: checked in milliseconds, before anything heavy.
+
+The registries that build what these names stand for (:mod:`verlog.envs.registry`,
+:mod:`verlog.algos.registry`, :mod:`verlog.agent.tasks`) import gymnasium, the game packages and
+torch, which takes seconds to minutes on a busy machine; :mod:`verlog.preflight` checks a config
+against the lists below instead, so a misspelt name is refused at once. ``tests/test_catalog.py``
+checks that each list equals its registry. The reply prefix and the proxy's credit modes are
+defined here and imported by the modules that use them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Iterable
+
+__all__ = ["ALGORITHM_TRAITS", "AGENT_TASK_NAMES", "AlgorithmTraits", "CREDIT_MODES", "ENV_TASKS", "REPLY_PREFIX",
+           "TIDY_TEXT_FAMILIES",
+           "env_names", "did_you_mean"]
+
+#: every task of every environment family, ``<family>/<task>`` (the names of :func:`verlog.envs.list_envs`)
+ENV_TASKS: dict[str, tuple[str, ...]] = {
+    "babaisai": (
+        'goto_win', 'goto_win-distr_obj', 'goto_win-distr_obj-irrelevant_rule', 'goto_win-distr_obj_rule',
+        'goto_win-distr_rule', 'make_win', 'make_win-distr_obj', 'make_win-distr_obj-irrelevant_rule',
+        'make_win-distr_obj_rule', 'make_win-distr_rule', 'two_room-break_stop-goto_win',
+        'two_room-break_stop-goto_win-distr_obj', 'two_room-break_stop-goto_win-distr_obj-irrelevant_rule',
+        'two_room-break_stop-goto_win-distr_obj_rule', 'two_room-break_stop-goto_win-distr_rule',
+        'two_room-break_stop-make_win', 'two_room-break_stop-make_win-distr_obj',
+        'two_room-break_stop-make_win-distr_obj-irrelevant_rule', 'two_room-break_stop-make_win-distr_obj_rule',
+        'two_room-break_stop-make_win-distr_rule', 'two_room-goto_win', 'two_room-goto_win-distr_obj',
+        'two_room-goto_win-distr_obj-irrelevant_rule', 'two_room-goto_win-distr_obj_rule',
+        'two_room-goto_win-distr_rule', 'two_room-goto_win-distr_win_rule', 'two_room-make_wall_win',
+        'two_room-make_win', 'two_room-make_win-distr_obj', 'two_room-make_win-distr_obj-irrelevant_rule',
+        'two_room-make_win-distr_obj_rule', 'two_room-make_win-distr_rule', 'two_room-make_win-distr_win_rule',
+        'two_room-make_you', 'two_room-make_you-make_win', 'two_room-maybe_break_stop-goto_win',
+        'two_room-maybe_break_stop-goto_win-distr_obj',
+        'two_room-maybe_break_stop-goto_win-distr_obj-irrelevant_rule',
+        'two_room-maybe_break_stop-goto_win-distr_obj_rule', 'two_room-maybe_break_stop-goto_win-distr_rule',
+    ),
+    "babyai": (
+        'easy_goto', 'goto', 'goto_local', 'open', 'open_door_color', 'pick_up_seq_go_to', 'pickup',
+        'pickup_loc', 'pickup_then_goto_local', 'putnext', 'putnext_local',
+    ),
+    "crafter": (
+        'default',
+    ),
+    "minihack": (
+        'Boxoban-Hard', 'Boxoban-Medium', 'Corridor-R3', 'CorridorBattle-Dark', 'MazeWalk-15x15',
+        'MazeWalk-9x9', 'Quest-Easy', 'Quest-Medium',
+    ),
+    "nle": (
+        'NetHackChallenge', 'default',
+    ),
+    "textworld": (
+        'coin_collector', 'the_cooking_game', 'treasure_hunter',
+    ),
+}
+
+
+@dataclass(frozen=True)
+class AlgorithmTraits:
+    """What a config check needs to know of one ``algo.algorithm`` (the fields of the same name of
+    :class:`verlog.algos.registry.AlgorithmSpec`)."""
+
+    needs_critic: bool
+    grouped_rollouts: bool
+    needs_state_keys: bool
+
+
+#: ``algo.algorithm`` -> its traits, in the order of :data:`verlog.algos.registry.ALGORITHMS`
+ALGORITHM_TRAITS: dict[str, AlgorithmTraits] = {
+    "ppo": AlgorithmTraits(needs_critic=True, grouped_rollouts=False, needs_state_keys=False),
+    "grpo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
+    "gigpo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=True),
+    "rloo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
+    "reinforce_pp": AlgorithmTraits(needs_critic=False, grouped_rollouts=False, needs_state_keys=False),
+    "reinforce_pp_baseline": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
+    "dapo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
+    "gspo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
+}
+
+#: the families whose environments also offer ``env.text_style=tidy`` (the others have BALROG's text only)
+TIDY_TEXT_FAMILIES: tuple[str, ...] = ("babyai", "crafter")
+
+#: the tool tasks of :data:`verlog.agent.tasks.AGENT_TASKS` (``agent.task``)
+AGENT_TASK_NAMES: tuple[str, ...] = ("calculator",)
+
+#: how the proxy spreads a rollout's reward over its calls (``agent.credit``; :mod:`verlog.proxy.adapter`)
+CREDIT_MODES: tuple[str, ...] = ("final", "discounted", "gae")
+
+#: what every format warm-up reply starts with (``ACTION: <action>``; :mod:`verlog.warmup`)
+REPLY_PREFIX = "ACTION: "
+
+
+def env_names() -> list[str]:
+    """Every name of :data:`ENV_TASKS` as ``<family>/<task>``, sorted."""
+    return sorted(f"{family}/{task}" for family, tasks in ENV_TASKS.items() for task in tasks)
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``choices`` to ``name`` by :func:`difflib.get_close_matches`
+    (similarity ratio >= 0.6), else ``""``: ``babyai/gotoo`` finds ``babyai/goto``."""
+    close = difflib.get_close_matches(str(name), list(choices), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
