@@ -64,13 +64,14 @@ def train_main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cfg = _load_config(args.recipe, args.overrides)
     _quiet_libraries()
+    from verlog.checkpointing import CheckpointError
     from verlog.models import ModelLoadError
     from verlog.rollout.engine import EngineConfigError
     from verlog.trainer import NumericalFault, Trainer
 
     try:
         trainer = Trainer(cfg)
-    except (ModelLoadError, FileNotFoundError, ConfigError, EngineConfigError) as err:
+    except (ModelLoadError, FileNotFoundError, ConfigError, EngineConfigError, CheckpointError) as err:
         _fail(str(err).splitlines()[0])
     try:
         result = trainer.train()

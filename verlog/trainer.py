@@ -33,8 +33,8 @@ from verlog.advantages import compute_advantages, scored_batch
 from verlog.algos.registry import ALGORITHMS
 from verlog.builders import (base_model_path, check_model_sources, critic_base_path, eval_payload, evaluate_policy,
                              make_collector, memory_factory, run_format_warmup)
-from verlog.checkpointing import (checkpoint_dir, newest_checkpoint, read_rank_state, read_trainer_state,
-                                  save_checkpoint)
+from verlog.checkpointing import (GENERATOR_NAMES, checkpoint_dir, newest_checkpoint, read_rank_state,
+                                  read_trainer_state, save_checkpoint, select_checkpoint)
 from verlog.collection import collect_batch
 from verlog.config import ConfigError, TrainConfig, save_config, to_dict
 from verlog.engine_lifecycle import RolloutLifecycle, make_rollout_engine
@@ -70,7 +70,8 @@ class Trainer:
 
     Raises:
         ConfigError: the recipe asks for more GPUs than the node has, or an algorithm the env cannot serve.
-        FileNotFoundError: ``resume`` names a run without a complete checkpoint.
+        CheckpointError: ``resume`` names a run without a checkpoint that validates
+            (:func:`~verlog.checkpointing.select_checkpoint`).
         ModelLoadError: the model cannot be loaded.
     """
 
@@ -89,10 +90,11 @@ class Trainer:
         torch.set_num_threads(cfg.threads)
         self.rank, self.world = D.rank(), D.world_size()
         seed_everything(cfg.seed + 1000 * self.rank)
+        engine_names = ["actor", "critic"] if self.spec.needs_critic else ["actor"]
         self.run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.run_root) / cfg.name
-        resume_from = newest_checkpoint(self.run_dir) if cfg.resume else None
-        if cfg.resume and resume_from is None:
-            raise FileNotFoundError(f"resume: no complete checkpoint under {self.run_dir}/checkpoints")
+        # Resume validates every file it will read before anything is written (a damaged newest
+        # checkpoint is passed over with one line); the run directory is written only then.
+        resume_from = select_checkpoint(self.run_dir, engines=engine_names) if cfg.resume else None
         if D.is_main():
             self.run_dir.mkdir(parents=True, exist_ok=True)
             save_config(cfg, self.run_dir / "config.yaml")
@@ -275,7 +277,7 @@ class Trainer:
                                keep=self.cfg.checkpoint_keep)
 
     def _generators(self) -> dict[str, torch.Generator]:
-        return {"update": self.update_rng, "rollout": self.engine.generator}
+        return dict(zip(GENERATOR_NAMES, (self.update_rng, self.engine.generator), strict=True))
 
     def _load_rank_state(self, ckpt: Path) -> None:
         """Restore this rank's collector (replaying in-flight episodes), counters and RNG states."""
@@ -285,9 +287,9 @@ class Trainer:
         self.turns_done = int(state["turns_done"])
         self.skipped = SkippedSteps(self.cfg.deepspeed.zero_stage,
                                              {k: int(v) for k, v in state["skipped_steps"].items()})
-        if D.is_main():
+        load_rng_states(ckpt, self.rank, self._generators())  # nothing may draw after this
+        if D.is_main():  # only now, with every state restored, are the later metric rows dropped
             truncate_metrics(self.run_dir / "metrics.jsonl", self.start_iteration)
-        load_rng_states(ckpt, self.rank, self._generators())  # last: nothing may draw after this
 
     def resume_command(self) -> str:
         """The command line that continues this run from its newest checkpoint."""
