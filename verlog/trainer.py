@@ -36,7 +36,7 @@ from verlog.builders import (base_model_path, check_model_sources, critic_base_p
 from verlog.checkpointing import (GENERATOR_NAMES, checkpoint_dir, newest_checkpoint, read_rank_state,
                                   read_trainer_state, save_checkpoint, select_checkpoint)
 from verlog.collection import collect_batch
-from verlog.config import ConfigError, TrainConfig, save_config, to_dict
+from verlog.config import ConfigError, TrainConfig, to_dict
 from verlog.engine_lifecycle import RolloutLifecycle, make_rollout_engine
 from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
@@ -44,6 +44,7 @@ from verlog.metrics import PhaseTimes, iteration_metrics, make_logger
 from verlog.models import load_tokenizer
 from verlog.preflight import check_buildable, check_distance_shaping, check_state_keys
 from verlog.resume import StopSignals, load_rng_states, truncate_metrics
+from verlog.run_dir import prepare_run_dir, run_dir_of
 from verlog.scoring import score_batch
 from verlog.training_models import build_training_models
 from verlog.update import SkippedSteps, TrainingRows, update
@@ -69,7 +70,9 @@ class Trainer:
         cfg: a validated :class:`~verlog.config.TrainConfig`.
 
     Raises:
-        ConfigError: the recipe asks for more GPUs than the node has, or an algorithm the env cannot serve.
+        ConfigError: the recipe asks for more GPUs than the node has, or an algorithm the env cannot
+            serve; the run name already holds a run (without ``resume`` or ``overwrite``); the run
+            directory cannot be written (:func:`~verlog.run_dir.prepare_run_dir`).
         CheckpointError: ``resume`` names a run without a checkpoint that validates
             (:func:`~verlog.checkpointing.select_checkpoint`).
         ModelLoadError: the model cannot be loaded.
@@ -91,13 +94,10 @@ class Trainer:
         self.rank, self.world = D.rank(), D.world_size()
         seed_everything(cfg.seed + 1000 * self.rank)
         engine_names = ["actor", "critic"] if self.spec.needs_critic else ["actor"]
-        self.run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.run_root) / cfg.name
         # Resume validates every file it will read before anything is written (a damaged newest
         # checkpoint is passed over with one line); the run directory is written only then.
-        resume_from = select_checkpoint(self.run_dir, engines=engine_names) if cfg.resume else None
-        if D.is_main():
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            save_config(cfg, self.run_dir / "config.yaml")
+        resume_from = select_checkpoint(run_dir_of(cfg), engines=engine_names) if cfg.resume else None
+        self.run_dir = prepare_run_dir(cfg)
         trainer_state = read_trainer_state(resume_from) if resume_from is not None else {}
         self.start_iteration = int(trainer_state.get("iteration", 0))
         self.eval_results: dict[str, dict[str, Any]] = trainer_state.get("eval_results", {})
