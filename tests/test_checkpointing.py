@@ -203,20 +203,25 @@ def test_a_pickle_payload_in_a_deepspeed_file_never_runs(two_iterations, tmp_pat
 
 def test_resume_passes_over_a_crafted_checkpoint_and_keeps_the_metrics(two_iterations, tmp_path):
     """The newest checkpoint holds a pickle payload: it must not run; the run resumes from the one before."""
-    import torch
+    import subprocess
+    import sys
 
-    from verlog.checkpointing import checkpoint_problem
+    import torch
 
     marker = tmp_path / "payload_ran"
     run = _copy_run(two_iterations, "crafted")
     torch.save({"module": _Payload(marker)}, checkpoint_dir(run, 2) / "ds" / "actor" / "mp_rank_00_model_states.pt")
-    proc = train(*TWO, f"run_root={two_iterations}", f"model.cache_dir={two_iterations / 'cache'}", "name=crafted",
-                 f"resume={run}")
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *TWO,
+                           f"run_root={two_iterations}", f"model.cache_dir={two_iterations / 'cache'}",
+                           "name=crafted", f"resume={run}"], capture_output=True, text=True, timeout=600)
     assert not marker.exists()
+    assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "passed over" in line]
     assert len(lines) == 1 and "iter_000002" in lines[0] and lines[0].endswith("resuming from iter_000001")
     assert [r["iteration"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
     # iteration 2 was trained again and its checkpoint replaced by a sound one
+    from verlog.checkpointing import checkpoint_problem
+
     assert checkpoint_problem(checkpoint_dir(run, 2), rank=0, world_size=1, engines=["actor", "critic"]) is None
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_000001", "iter_000002"]
 
