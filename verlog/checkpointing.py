@@ -258,9 +258,10 @@ def _check_model_dir(directory: Path) -> None:
 
 
 def _deepspeed_files(ds_dir: Path, rank: int) -> list[Path]:
-    """The DeepSpeed files of one engine that ``rank`` reads: the shared model states and its own partitions."""
+    """The DeepSpeed files of one engine that ``rank`` reads: the shared model states and its own
+    partitions (``zero_pp_rank_<r>_...``, with a ``bf16_`` prefix for ZeRO's bf16 optimizer states)."""
     own = f"zero_pp_rank_{rank}_"
-    return [p for p in sorted(ds_dir.glob("*.pt")) if "zero_pp_rank_" not in p.name or p.name.startswith(own)]
+    return [p for p in sorted(ds_dir.glob("*.pt")) if "zero_pp_rank_" not in p.name or own in p.name]
 
 
 def _check_deepspeed_dir(ds_dir: Path, rank: int) -> None:
