@@ -1,5 +1,7 @@
 # Verlog: `make train` (the default CPU recipe, installs first if needed) and `make test`;
 # `make bench` runs every benchmark, `make bench-quick` checks that the benchmarks still run (minutes).
+# A second `make train` refuses the used run name runs/$(RECIPE) with one line: `make train ARGS=resume=runs/tiny`
+# continues that run, `make train ARGS=overwrite=true` replaces it, `ARGS=name=other` starts another beside it.
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -154,3 +155,92 @@ def test_at_least_50_distinct_malformed_inputs():
               | {("eval", tuple(a)) for a in BAD_EVAL_ARGV} | {("subprocess", tuple(a)) for a in SUBPROCESS_ARGS}
               | {("model.path", "missing directory")})
     assert len(inputs) >= 50
+
+
+# ---------------------------------------------------------------- the run directory
+
+
+class _TrainerStarted(Exception):
+    """Raised where a run would start building its model: the run directory was accepted."""
+
+
+@pytest.fixture
+def stop_after_run_dir(monkeypatch):
+    """Training stops right after the run directory is prepared (no model is built)."""
+    import verlog.trainer
+
+    def stop(cfg):
+        raise _TrainerStarted
+
+    monkeypatch.setattr(verlog.trainer, "base_model_path", stop)
+
+
+def _old_run(run_dir):
+    (run_dir / "checkpoints" / "iter_000002").mkdir(parents=True)
+    (run_dir / "checkpoints" / "iter_000002" / "COMPLETE").write_text("ok\n")
+    (run_dir / "config.yaml").write_text("name: old\n")
+    (run_dir / "metrics.jsonl").write_text('{"iteration": 1}\n{"iteration": 2}\n')
+    return {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("name", ["../../x", "../escape", "/tmp/verlog_absolute_run", "a/b", "..", "."])
+def test_run_name_outside_run_root_is_refused(name, tmp_path, capsys, stop_after_run_dir):
+    line = _run(train_main, ["tiny", f"name={name}", f"run_root={tmp_path / 'runs'}"], capsys)
+    assert line.startswith("error: name:") and repr(name) in line
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "x").exists()
+
+
+def test_a_used_run_name_is_refused_with_what_to_do(tmp_path, capsys, stop_after_run_dir):
+    before = _old_run(tmp_path / "old")
+    line = _run(train_main, ["tiny", "name=old", f"run_root={tmp_path}"], capsys)
+    assert line.startswith("error: name:") and f"resume={tmp_path / 'old'}" in line and "overwrite=true" in line
+    assert {p: p.read_bytes() for p in (tmp_path / "old").rglob("*") if p.is_file()} == before
+
+
+def test_overwrite_replaces_the_old_run(tmp_path, stop_after_run_dir):
+    _old_run(tmp_path / "old")
+    with pytest.raises(_TrainerStarted):
+        train_main(["tiny", "name=old", f"run_root={tmp_path}", "overwrite=true"])
+    assert [p.name for p in (tmp_path / "old").iterdir()] == ["config.yaml"]  # no old metrics or checkpoints
+    assert "overwrite: true" in (tmp_path / "old" / "config.yaml").read_text()
+
+
+def test_overwrite_deletes_only_a_run_directory(tmp_path, capsys, stop_after_run_dir):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("mine")
+    line = _run(train_main, ["tiny", "name=notes", f"run_root={tmp_path}", "overwrite=true"], capsys)
+    assert line.startswith("error: overwrite:") and (tmp_path / "notes" / "keep.txt").read_text() == "mine"
+
+
+def test_an_empty_existing_directory_may_be_used(tmp_path, stop_after_run_dir):
+    (tmp_path / "fresh").mkdir()
+    with pytest.raises(_TrainerStarted):
+        train_main(["tiny", "name=fresh", f"run_root={tmp_path}"])
+    assert (tmp_path / "fresh" / "config.yaml").is_file()
+
+
+def test_unwritable_run_directory_is_one_line(tmp_path, capsys, monkeypatch, stop_after_run_dir):
+    import verlog.run_dir
+
+    def read_only(cfg, path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(verlog.run_dir, "save_config", read_only)
+    line = _run(train_main, ["tiny", "name=ro", f"run_root={tmp_path}"], capsys)
+    assert line.startswith("error: run_root:") and "Permission denied" in line
+    # a file where the run root should be: also one line
+    (tmp_path / "file").write_text("")
+    monkeypatch.undo()
+    line = _run(train_main, ["tiny", "name=x", f"run_root={tmp_path / 'file'}"], capsys)
+    assert line.startswith("error: run_root:") and str(tmp_path / "file") in line
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only directories")
+def test_read_only_run_root_is_one_line(tmp_path, capsys, stop_after_run_dir):
+    root = tmp_path / "ro"
+    root.mkdir(mode=0o555)
+    try:
+        line = _run(train_main, ["tiny", "name=x", f"run_root={root}"], capsys)
+    finally:
+        root.chmod(0o755)
+    assert line.startswith("error: run_root:")

@@ -95,13 +95,14 @@ def train_main(argv: list[str] | None = None) -> None:
     cfg = _load_config(args.recipe, args.overrides, train=True)
     _use_threads(cfg.threads)
     _quiet_libraries()
+    from verlog.checkpointing import CheckpointError
     from verlog.models import ModelLoadError
     from verlog.rollout.engine import EngineConfigError
     from verlog.trainer import NumericalFault, Trainer
 
     try:
         trainer = Trainer(cfg)
-    except (ModelLoadError, FileNotFoundError, ConfigError, EngineConfigError) as err:
+    except (ModelLoadError, FileNotFoundError, ConfigError, EngineConfigError, CheckpointError) as err:
         _fail(str(err).splitlines()[0])
     try:
         result = trainer.train()

@@ -287,8 +287,11 @@ class LoggingConfig:
 class TrainConfig:
     """One training run."""
 
-    name: str = _f("run", "run name: outputs go to <run_root>/<name>/")
+    name: str = _f("run", "run name: outputs go to <run_root>/<name>/ (one path component: no '/', '..' or "
+                          "absolute path)")
     run_root: str = _f("runs", "parent directory of run directories")
+    overwrite: bool = _f(False, "replace an existing <run_root>/<name>/ (deleted first); without it a name already "
+                                "holding a run is refused. Ignored with resume, which continues the run")
     seed: int = _f(0, "seed of everything (python, numpy, torch, envs)")
     iterations: int = _f(100, "PPO iterations (critic warm-up iterations included)")
     threads: int = _f(1, "torch intra-op threads per process")

@@ -103,6 +103,14 @@ def _table_problem(cfg: Any) -> str | None:
     return None
 
 
+def _name_problem(name: str) -> str | None:
+    """``name`` must be one path component, so the run stays inside ``run_root``."""
+    if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+        return (f"name: expected a plain directory name inside run_root (no '/', '..' or absolute path), "
+                f"got {name!r}")
+    return None
+
+
 def _cross_field_problem(cfg: Any) -> str | None:
     """The first broken rule that ties several keys together (engine, model shape, batch split)."""
     rollout, tiny = cfg.rollout, cfg.model.tiny
@@ -159,13 +167,14 @@ def _algo_problem(cfg: Any) -> str | None:
 def first_problem(cfg: Any) -> str | None:
     """The first value problem of ``cfg`` (a :class:`~verlog.config.TrainConfig`), or None.
 
-    Order: non-finite numbers and integers out of their range (seeds 0..2**32-1, others int64), choices, ranges, cross-field rules, the ``agent`` section (tool
+    Order: non-finite numbers and integers out of their range (seeds 0..2**32-1, others int64), choices,
+    ranges, the run name, cross-field rules, the ``agent`` section (tool
     loops only), LoRA with ZeRO-3, the ``algo`` section.
 
     Returns:
         one line that starts with the offending key, or None when every rule holds.
     """
-    problem = _table_problem(cfg) or _cross_field_problem(cfg)
+    problem = _table_problem(cfg) or _name_problem(cfg.name) or _cross_field_problem(cfg)
     if problem is None and cfg.agent.loop != "env":
         problem = _agent_problem(cfg)
     if problem is None and cfg.model.lora_rank and cfg.deepspeed.zero_stage == 3:

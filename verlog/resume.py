@@ -17,13 +17,15 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterable
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-__all__ = ["save_rng_states", "load_rng_states", "truncate_metrics", "StopSignals"]
+__all__ = ["RngStates", "save_rng_states", "read_rng_states", "load_rng_states", "truncate_metrics", "StopSignals"]
 
 
 def save_rng_states(directory: Path, rank: int, generators: dict[str, torch.Generator]) -> None:
@@ -48,22 +50,68 @@ def save_rng_states(directory: Path, rank: int, generators: dict[str, torch.Gene
     save_file(tensors, str(directory / f"rng_rank{rank}.safetensors"))
 
 
+@dataclass
+class RngStates:
+    """One rank's saved random states, read and checked by :func:`read_rng_states`."""
+
+    python: tuple[Any, ...]
+    numpy: tuple[Any, ...]
+    tensors: dict[str, torch.Tensor]
+
+
+def read_rng_states(directory: Path, rank: int, generator_names: Iterable[str] = ()) -> RngStates:
+    """Read and check what :func:`save_rng_states` wrote for ``rank``, changing no random state.
+
+    Every state is tried on a scratch generator of its kind, so a file that reads but holds a
+    state of the wrong size or type is refused here, not half-way through a resume.
+
+    Args:
+        directory: the checkpoint directory.
+        rank: the rank whose files are read.
+        generator_names: the named torch generators that must be present.
+
+    Raises:
+        FileNotFoundError: the checkpoint has no RNG files for this rank (e.g. another world size).
+        ValueError: a file is truncated, not JSON/safetensors, or holds a malformed state (one line).
+    """
+    path = directory / f"rng_rank{rank}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"resume: {path} is missing (was the checkpoint written with fewer ranks?)")
+    try:
+        doc = json.loads(path.read_text())
+        version, internal, gauss = doc["python"]
+        python = (version, tuple(internal), gauss)
+        random.Random().setstate(python)
+        name, keys, pos, has_gauss, cached = doc["numpy"]
+        numpy = (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached)
+        np.random.RandomState().set_state(numpy)
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path.name}: not a saved random state ({type(err).__name__}: {_first_line(err)})") from None
+    tensors_path = directory / f"rng_rank{rank}.safetensors"
+    try:
+        tensors = load_file(str(tensors_path))
+        for key in ["torch_cpu", *(f"gen_{n}" for n in generator_names)]:
+            torch.Generator().set_state(tensors[key])
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, TypeError, KeyError, RuntimeError, SafetensorError) as err:
+        raise ValueError(f"{tensors_path.name}: not a saved random state "
+                         f"({type(err).__name__}: {_first_line(err)})") from None
+    return RngStates(python, numpy, tensors)
+
+
 def load_rng_states(directory: Path, rank: int, generators: dict[str, torch.Generator]) -> None:
     """Restore what :func:`save_rng_states` wrote for ``rank`` (global RNGs and ``generators``).
 
     Raises:
         FileNotFoundError: the checkpoint has no RNG files for this rank (e.g. another world size).
-        KeyError: a generator named here was not saved.
+        ValueError: a file is damaged or lacks a generator named here (:func:`read_rng_states`);
+            nothing was changed then.
     """
-    path = directory / f"rng_rank{rank}.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"resume: {path} is missing (was the checkpoint written with fewer ranks?)")
-    doc = json.loads(path.read_text())
-    version, internal, gauss = doc["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = doc["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    tensors = load_file(str(directory / f"rng_rank{rank}.safetensors"))
+    states = read_rng_states(directory, rank, generators)
+    random.setstate(states.python)
+    np.random.set_state(states.numpy)
+    tensors = states.tensors
     torch.set_rng_state(tensors["torch_cpu"])
     if torch.cuda.is_available():
         cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("torch_cuda_")),
@@ -72,6 +120,11 @@ def load_rng_states(directory: Path, rank: int, generators: dict[str, torch.Gene
             torch.cuda.set_rng_state_all(cuda)
     for key, gen in generators.items():
         gen.set_state(tensors[f"gen_{key}"])
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "no detail"
 
 
 def truncate_metrics(path: Path, iteration: int) -> None:

@@ -34,10 +34,10 @@ from verlog.advantages import compute_advantages, scored_batch
 from verlog.algos.registry import ALGORITHMS
 from verlog.builders import (base_model_path, check_model_sources, critic_base_path, eval_payload, evaluate_policy,
                              make_collector, memory_factory, run_format_warmup)
-from verlog.checkpointing import (checkpoint_dir, newest_checkpoint, read_rank_state, read_trainer_state,
-                                  save_checkpoint)
+from verlog.checkpointing import (GENERATOR_NAMES, checkpoint_dir, newest_checkpoint, read_rank_state,
+                                  read_trainer_state, save_checkpoint, select_checkpoint)
 from verlog.collection import collect_batch
-from verlog.config import ConfigError, TrainConfig, save_config, to_dict
+from verlog.config import ConfigError, TrainConfig, to_dict
 from verlog.engine_lifecycle import RolloutLifecycle, make_rollout_engine
 from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
@@ -45,6 +45,7 @@ from verlog.metrics import PhaseTimes, iteration_metrics, make_logger
 from verlog.models import load_tokenizer
 from verlog.preflight import check_buildable, check_distance_shaping, check_state_keys
 from verlog.resume import StopSignals, load_rng_states, truncate_metrics
+from verlog.run_dir import prepare_run_dir, run_dir_of
 from verlog.scoring import score_batch
 from verlog.training_models import build_training_models
 from verlog.update import SkippedSteps, TrainingRows, update
@@ -70,8 +71,11 @@ class Trainer:
         cfg: a validated :class:`~verlog.config.TrainConfig`.
 
     Raises:
-        ConfigError: the recipe asks for more GPUs than the node has, or an algorithm the env cannot serve.
-        FileNotFoundError: ``resume`` names a run without a complete checkpoint.
+        ConfigError: the recipe asks for more GPUs than the node has, or an algorithm the env cannot
+            serve; the run name already holds a run (without ``resume`` or ``overwrite``); the run
+            directory cannot be written (:func:`~verlog.run_dir.prepare_run_dir`).
+        CheckpointError: ``resume`` names a run without a checkpoint that validates
+            (:func:`~verlog.checkpointing.select_checkpoint`).
         ModelLoadError: the model cannot be loaded.
     """
 
@@ -90,13 +94,11 @@ class Trainer:
         torch.set_num_threads(cfg.threads)
         self.rank, self.world = D.rank(), D.world_size()
         seed_everything(cfg.seed + 1000 * self.rank)
-        self.run_dir = Path(cfg.resume) if cfg.resume else Path(cfg.run_root) / cfg.name
-        resume_from = newest_checkpoint(self.run_dir) if cfg.resume else None
-        if cfg.resume and resume_from is None:
-            raise FileNotFoundError(f"resume: no complete checkpoint under {self.run_dir}/checkpoints")
-        if D.is_main():
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            save_config(cfg, self.run_dir / "config.yaml")
+        engine_names = ["actor", "critic"] if self.spec.needs_critic else ["actor"]
+        # Resume validates every file it will read before anything is written (a damaged newest
+        # checkpoint is passed over with one line); the run directory is written only then.
+        resume_from = select_checkpoint(run_dir_of(cfg), engines=engine_names) if cfg.resume else None
+        self.run_dir = prepare_run_dir(cfg)
         trainer_state = read_trainer_state(resume_from) if resume_from is not None else {}
         self.start_iteration = int(trainer_state.get("iteration", 0))
         self.eval_results: dict[str, dict[str, Any]] = trainer_state.get("eval_results", {})
@@ -289,7 +291,7 @@ class Trainer:
                                keep=self.cfg.checkpoint_keep)
 
     def _generators(self) -> dict[str, torch.Generator]:
-        return {"update": self.update_rng, "rollout": self.engine.generator}
+        return dict(zip(GENERATOR_NAMES, (self.update_rng, self.engine.generator), strict=True))
 
     def _load_rank_state(self, ckpt: Path) -> None:
         """Restore this rank's collector (replaying in-flight episodes), counters and RNG states."""
@@ -299,9 +301,9 @@ class Trainer:
         self.turns_done = int(state["turns_done"])
         self.skipped = SkippedSteps(self.cfg.deepspeed.zero_stage,
                                              {k: int(v) for k, v in state["skipped_steps"].items()})
-        if D.is_main():
+        load_rng_states(ckpt, self.rank, self._generators())  # nothing may draw after this
+        if D.is_main():  # only now, with every state restored, are the later metric rows dropped
             truncate_metrics(self.run_dir / "metrics.jsonl", self.start_iteration)
-        load_rng_states(ckpt, self.rank, self._generators())  # last: nothing may draw after this
 
     def resume_command(self) -> str:
         """The command line that continues this run from its newest checkpoint."""

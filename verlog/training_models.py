@@ -22,6 +22,7 @@ from verlog.batch import TurnBatch
 from verlog.frozen_base import FROZEN_BELOW, backbone, check_splittable, decoder_layers, share_frozen_base, unwrap
 from verlog.lora import add_lora
 from verlog.models import load_actor, load_critic
+from verlog.safe_load import weights_only_loads
 from verlog.scoring import Rows, policy_outputs, turn_rows, with_frozen_hidden
 
 __all__ = ["TrainingModels", "build_training_models", "train_top_layers"]
@@ -151,7 +152,8 @@ def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_pa
             # the DeepSpeed state holds no frozen weights (LoRA's base, the layers below the trained
             # top ones): they come from the checkpoint's model directories
             partial = bool(cfg.model.lora_rank) or cfg.model.trainable_layers is not None
-            e.load_checkpoint(str(resume_from / "ds"), tag=name, load_module_strict=not partial)
+            with weights_only_loads(e):  # DeepSpeed's own reader would unpickle anything
+                e.load_checkpoint(str(resume_from / "ds"), tag=name, load_module_strict=not partial)
     if cfg.ppo.kl_coef > 0:
         models.reference = _reference(cfg, actor, initial_path, dtype)
     return models
