@@ -18,6 +18,7 @@ import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from verlog.catalog import TIDY_TEXT_FAMILIES
 from verlog.config_validate import first_problem
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
@@ -93,7 +94,8 @@ class EnvConfig:
     max_steps: Optional[int] = _f(None, "episode step limit (None: BALROG's limit for the task)")
     instruction_style: str = _f("full", "system prompt: full (BALROG's) or brief (mission + actions; for tiny models)")
     text_style: str = _f("balrog", "observation text: balrog (byte for byte what BALROG's wrapper writes, its quirks "
-                         "included) or tidy (Verlog's shorter wording; babyai/* and crafter/* have it)")
+                         "included) or tidy (Verlog's shorter wording; babyai/* and crafter/* have it, other "
+                         "environments have BALROG's text only and ignore the key)")
     step_timeout_s: Optional[float] = _f(
         60.0, "seconds one env step/reset may take; a slower env is treated as hung, restarted and its "
         "episode truncated (None: no limit)")
@@ -118,7 +120,7 @@ class EnvConfig:
             kwargs["max_steps"] = self.max_steps
         if self.instruction_style != "full":
             kwargs["instruction_style"] = self.instruction_style
-        if self.text_style != "balrog":
+        if self.text_style != "balrog" and self.task.partition("/")[0] in TIDY_TEXT_FAMILIES:
             kwargs["text_style"] = self.text_style
         return kwargs
 

@@ -20,8 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, REPLY_PREFIX, TIDY_TEXT_FAMILIES,
-                            did_you_mean, env_names)
+from verlog.catalog import AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, REPLY_PREFIX, did_you_mean, env_names
 from verlog.config import ConfigError, TrainConfig
 
 __all__ = ["check_algorithm", "check_buildable", "check_distance_shaping", "check_gpus", "check_reply_prefix",
@@ -139,8 +138,7 @@ def check_buildable(cfg: TrainConfig) -> None:
     Raises:
         ConfigError: one line naming the first offending key: ``agent.credit`` not a credit mode of
             :mod:`verlog.proxy.adapter`, ``env.task`` not a registered environment, ``agent.task`` not
-            a tool task of :mod:`verlog.agent.tasks`, ``agent.agent`` not a loadable function, an
-            ``env.text_style`` other than ``balrog`` for an environment that has only BALROG's text, a
+            a tool task of :mod:`verlog.agent.tasks`, ``agent.agent`` not a loadable function,  a
             ``memory.reply_prefix`` that :func:`check_reply_prefix` refuses, or ``model.trainable_layers``
             beyond the model's layers (:func:`check_trainable_layers`).
     """
@@ -152,10 +150,6 @@ def check_buildable(cfg: TrainConfig) -> None:
     if cfg.agent.loop == "env" and cfg.env.task not in _env_names():
         raise ConfigError(f"env.task: expected a registered environment <family>/<task>, got {cfg.env.task!r}"
                           f"{did_you_mean(cfg.env.task, _env_names())}")
-    if (cfg.agent.loop == "env" and cfg.env.text_style != "balrog"
-            and cfg.env.task.partition("/")[0] not in TIDY_TEXT_FAMILIES):
-        raise ConfigError(f"env.text_style: {cfg.env.task} has only BALROG's text; {cfg.env.text_style} is offered "
-                          f"by {', '.join(f + '/*' for f in TIDY_TEXT_FAMILIES)}")
     if cfg.agent.loop != "env" and cfg.agent.task not in AGENT_TASK_NAMES:
         raise ConfigError(f"agent.task: expected one of {', '.join(sorted(AGENT_TASK_NAMES))}, got {cfg.agent.task!r}"
                           f"{did_you_mean(cfg.agent.task, AGENT_TASK_NAMES)}")
