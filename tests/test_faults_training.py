@@ -18,16 +18,14 @@ SCHEDULE = {2: "raise", 7: "kill", 11: "hang", 16: "hang_hard", 21: "raise"}
 def tiny_async_recipe(tmp_path, name: str, *overrides: str):
     """The tiny recipe on the faulty count task, ``N`` async env workers, ``T`` turns each, ``ITERATIONS``
     iterations; later ``overrides`` win."""
-    base = [
+    return load_recipe("tiny", [
         f"iterations={ITERATIONS}", "ppo.critic_warmup_iterations=1", f"env.num_envs={N}", "env.vector_mode=async",
         f"env.task={FAULTY_TASK}", "env.max_steps=6", "env.instruction_style=full", "env.step_timeout_s=0.5", f"rollout.turns_per_env={T}",
         "rollout.max_response_tokens=8", "ppo.minibatches=2", "ppo.micro_batch_size=4", "format_warmup.steps=0",
         "model.tiny.corpus_episodes=2", "model.tiny.vocab_size=300", "model.tiny.hidden_size=32",
         "model.tiny.intermediate_size=64", "eval.episodes=1", "eval.num_envs=1", "eval.baseline=false",
         "logging.progress=false", "deepspeed.zero_stage=0", f"run_root={tmp_path}",
-        f"model.cache_dir={tmp_path / 'cache'}", f"name={name}"]
-    merged = dict(item.split("=", 1) for item in [*base, *overrides])  # a key given twice is refused by load_recipe
-    return load_recipe("tiny", [f"{key}={value}" for key, value in merged.items()])
+        f"model.cache_dir={tmp_path / 'cache'}", f"name={name}", *overrides])
 
 
 def test_training_survives_injected_faults(tmp_path):

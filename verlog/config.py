@@ -370,7 +370,10 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     Short names in :data:`ALIASES` are expanded (``algorithm=grpo`` -> ``algo.algorithm``).
 
     Raises:
-        ConfigError: an item is not of the form ``key=value``, or a key is given twice.
+        ConfigError: an item is not of the form ``key=value``.
+
+    A key given twice takes its last value, as in OmegaConf's dotlists (a script may append overrides
+    to a user's).
     """
     out: dict[str, Any] = {}
     for item in overrides:
@@ -378,8 +381,6 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         key = ALIASES.get(key.strip(), key.strip())
         if not sep or not key or any(not part.isidentifier() for part in key.split(".")):
             raise ConfigError(f"{item}: expected an override of the form key=value (e.g. ppo.actor_lr=1e-5)")
-        if key in out:
-            raise ConfigError(f"{key}: given twice on the command line; give each key once")
         if raw.strip() in ("None", "none", "null", "~", ""):
             out[key] = None
             continue
