@@ -220,3 +220,18 @@ def red_ball(env: Any) -> tuple[int, int]:
     ]
     assert len(hits) == 1
     return hits[0]
+
+
+def cli_error_line(main: Any, argv: list[str], capsys: Any) -> str:
+    """Run a CLI entry point in-process; assert exit status 2 and exactly one non-blank stderr line,
+    ``error: ...``, with no traceback; return that line."""
+    import pytest
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]

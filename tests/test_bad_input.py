@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import cli_error_line
 
 from verlog.cli import eval_main, train_main
 
@@ -53,15 +54,7 @@ BAD_FILES = {
 }
 
 
-def _run(main, argv, capsys) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    err = capsys.readouterr().err
-    assert exc.value.code == 2, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ") and "Traceback" not in err
-    return lines[0]
+_run = cli_error_line
 
 
 @pytest.mark.parametrize("override", BAD_OVERRIDES)

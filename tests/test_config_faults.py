@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import cli_error_line
 
 from verlog.cli import eval_main, train_main
 from verlog.config import ConfigError, load_recipe
@@ -20,14 +21,8 @@ DEADLINE_S = 2.0
 
 
 def _run(main, argv, capsys) -> str:
-    """Run a CLI entry point in-process; assert exit 2 and one line; return the line after ``error: ``."""
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    err = capsys.readouterr().err
-    assert exc.value.code == 2, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0][len("error: "):]
+    """:func:`helpers.cli_error_line` without its ``error: `` prefix."""
+    return cli_error_line(main, argv, capsys)[len("error: "):]
 
 
 def _recipe(tmp_path: Path, text: str, name: str = "r.yaml") -> str:
