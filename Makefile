@@ -9,6 +9,8 @@ BIN := $(VENV)/bin
 RECIPE ?= tiny
 ARGS ?=
 CKPT ?= runs/$(RECIPE)
+# make test runs the suite on this many worker processes (pytest-xdist), one torch thread each.
+TEST_WORKERS ?= 2
 STAMP := $(VENV)/.installed
 # Everything run here stays offline and keeps its caches inside the project.
 export HF_HUB_OFFLINE := 1
@@ -39,8 +41,10 @@ train: $(STAMP)
 eval: $(STAMP)
 	$(BIN)/verlog-eval $(CKPT) $(ARGS)
 
+# worksteal: an idle worker takes tests queued on a busy one, so the few long training tests do not
+# leave a worker waiting at the end.
 test: $(STAMP)
-	$(BIN)/python -m pytest tests $(ARGS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 # bench_real_model.py (P6, SmolLM2-135M-Instruct) takes too long for this loop: docs/benchmarks.md gives its command.
 bench: $(STAMP)
