@@ -308,6 +308,19 @@ def test_several_you_objects_move_in_row_major_order_from_the_top_item():
     assert game.render().split("\n")[2] == "baba key . key ."
 
 
+def test_a_you_object_uncovered_by_a_push_moves_when_the_scan_reaches_it():
+    game = parse_board(
+        """
+        KEY  IS   YOU          . .
+        BABA IS   YOU          . .
+        KEY  IS   STOP         . .
+        baba WALL key/red+BALL . .
+        """
+    )
+    game.step(RIGHT)  # BALL is pushed off the key; WALL and baba are stopped by the (STOP) key
+    assert game.render().split("\n")[3] == "baba WALL . key/red BALL"
+
+
 def test_idle_changes_nothing_and_copy_is_independent():
     game = parse_board("BABA IS YOU\nbaba . .")
     key = game.state_key

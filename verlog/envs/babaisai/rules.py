@@ -26,14 +26,17 @@ upstream's top-of-the-stack logic kept so that a seed and a list of actions give
   and each ``X is <noun Y>`` sentence puts a new Y object on top of every cell whose top item is an X
   (the X stays underneath; ``X is X`` stacks a copy).
 
-One departure: when no item is YOU the step returns :data:`LOSE` (upstream goes on; BALROG's wrapper
-then silently starts a new level).
+Two departures: when no item is YOU the step returns :data:`LOSE` (upstream goes on; BALROG's wrapper
+then silently starts a new level); and a YOU item that a push uncovers further along the scan moves
+when the scan reaches it (upstream keeps a "has moved" flag only on items that were on top when the
+step began, so there it raises an ``AttributeError`` or reads a flag left from an earlier step).
 
 Items are ints (:mod:`verlog.envs.babaisai.items`).
 """
 
 from __future__ import annotations
 
+import heapq
 import numbers
 from typing import Sequence
 
@@ -312,14 +315,28 @@ class BabaGame:
             moved: set[tuple[int, int]] = set()  # (cell, stack position) of the YOU items that moved
             text_moved = False
             # Upstream's order: the cells in row-major order as they are at that moment, each
-            # cell's top item if it is YOU and has not moved yet.
-            for idx in range(len(cells)):
+            # cell's top item if it is YOU and has not moved yet. Only cells with a YOU item on top
+            # are visited: those at the start, plus those further on whose top block a push took
+            # away (a YOU item under it is then on top when upstream's scan gets there).
+            todo = sorted({idx for idx, _ in self._you_cells() if props[cells[idx][-1] & KIND_MASK] & YOU})
+            queued = set(todo)
+            while todo:
+                idx = heapq.heappop(todo)
                 cell = cells[idx]
                 if not cell or not props[cell[-1] & KIND_MASK] & YOU or (idx, len(cell) - 1) in moved:
                     continue
                 dest, pushed_text, bits = self._move(idx, delta)
                 text_moved |= pushed_text
                 moved.add((dest, len(cells[dest]) - 1))
+                if delta > 0:
+                    j = idx + delta
+                    while not self.solid[j]:
+                        top = cells[j][-1] if cells[j] else 0
+                        if (top and props[top & KIND_MASK] & YOU and j not in queued
+                                and (j, len(cells[j]) - 1) not in moved):
+                            heapq.heappush(todo, j)
+                            queued.add(j)
+                        j += delta
             self._key = None
             if text_moved:
                 self._read_rules()
