@@ -37,7 +37,7 @@ def run_bare(task: str, actions: np.ndarray, seed: int) -> tuple[float, list[int
     ends = []
     episode = 0
     start = time.perf_counter()
-    game, _ = generate_level(task, np.random.default_rng(seed))
+    game, _ = generate_level(task, np.random.RandomState(seed))
     t = 0
     for i, a in enumerate(actions.tolist()):
         result = game.step(a)
@@ -45,7 +45,7 @@ def run_bare(task: str, actions: np.ndarray, seed: int) -> tuple[float, list[int
         if result or t >= BABAISAI_MAX_STEPS:
             ends.append(i)
             episode += 1
-            game, _ = generate_level(task, np.random.default_rng(seed + episode))
+            game, _ = generate_level(task, np.random.RandomState(seed + episode))
             t = 0
     return time.perf_counter() - start, ends
 

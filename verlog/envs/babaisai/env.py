@@ -1,37 +1,45 @@
 """Baba Is AI (our own engine, :mod:`~verlog.envs.babaisai.rules`) as a :class:`~verlog.envs.base.TextEnv`.
 
-Observation text, in BALROG's conventions (``balrog/environments/babaisai/base.py``)::
+The observation is byte for byte the text BALROG's wrapper (``balrog/environments/babaisai/base.py``)
+gives its agent for the same board, quirks included::
 
     Active rules:
     baba is you
     key is win
 
     Objects on the map:
-    rule `key` 3 steps to the left and 2 steps up
-    rule `is` 2 steps to the left and 2 steps up
+    rule `key` 3 step to the left and 2 step up
+    rule `is` 2 step to the left and 2 step up
     key 1 step to the right
 
-* ``Active rules:`` then one rule per line in reading order (``is`` blocks row by row, horizontal
-  before vertical).
-* ``Objects on the map:`` then every object and text block (text blocks as ``rule `word```), one per
-  line in row-major order (top row first, left to right), with its offset from the player: columns
-  first (``N step(s) to the left/right``), then rows (``N step(s) up/down``), joined by ``and``. The
-  solid edge of the map is not described; interior ``wall`` objects are.
-* The player is the first YOU object in row-major order; it is not listed itself. Other YOU objects
-  (and ``baba`` when it is not the player) are listed like any object.
+* ``Active rules:`` then one line per sentence on the board with a property (``X is <noun>`` sentences
+  are not listed), in reading order (``is`` blocks row by row, horizontal before vertical), a sentence
+  written twice listed twice.
+* The player is the first cell, in row-major order, whose top item is an object of the kind named by
+  the *last* ``X is you`` sentence.
+* ``Objects on the map:`` then the top item of every cell in row-major order (top row first, left to
+  right), except ``baba`` objects (never listed) and the solid edge of the map: text blocks as
+  ``rule `word```, objects by their kind, each with its offset from the player: columns first, then
+  rows, joined by ``and``. Items under another item are not seen.
+* BALROG's wording: a count to the right or down takes a plural (``2 steps down``), one to the left
+  or up never does (``3 step to the left``); the player's own cell, when it is listed (an object
+  that is YOU and not baba), is an empty line.
 
-Conscious departures from BALROG's text: singular/plural is correct ("3 steps to the left", BALROG
-writes "3 step to the left"); objects sharing the player's cell are listed as ``key at your
-position`` (BALROG lists only the top item of each cell, so such objects vanish); ``baba`` is listed
-when it is not the player; when nothing is YOU any more the episode ends (BALROG silently resets
-the level) and the last observation starts with ``Nothing is YOU any more: you lost.``, offsets then
-being taken from the last player position.
+One conscious departure: when nothing is YOU any more (or no cell's top item is of the YOU kind)
+BALROG's wrapper silently resets the level to a new one and writes the representation of a Python
+object into the text; here the episode ends as lost (reward -1) and the last observation starts with
+``Nothing is YOU any more: you lost.``, offsets then being taken from the last player position.
 
 Actions (BALROG's five): ``idle``, ``up``, ``right``, ``down``, ``left``; the default for invalid
 replies is ``idle``. Reward: ``1 - 0.9 * t / max_steps`` when the level is won at step ``t`` (BALROG:
 ``max_steps`` = 100), ``-1`` when it is lost (nothing is YOU), else 0. Progression is 1.0 if the
 episode ended with a positive reward (won), else 0.0. :attr:`BabaIsAITextEnv.state_key` is the exact
 board as bytes (for GiGPO's state grouping).
+
+Levels: ``reset(seed=s)`` lays out BALROG's level for ``s`` (BALROG seeds numpy's global RNG with
+the episode seed before ``reset``; we draw from ``numpy.random.RandomState(s)``, see
+:mod:`~verlog.envs.babaisai.levels`); ``reset()`` without a seed continues that generator, which is
+first seeded from the env's own RNG.
 """
 
 from __future__ import annotations
@@ -40,16 +48,18 @@ import functools
 from itertools import compress
 from typing import Any
 
+import numpy as np
+
 from verlog.envs.babaisai.levels import BABAISAI_LEVELS, generate_level
-from verlog.envs.babaisai.items import item_name
+from verlog.envs.babaisai.items import KIND_MASK, OBJECT_NAMES, PROPERTY_NAMES, item_code, item_name
 from verlog.envs.babaisai.rules import ACTIONS, LOSE, WIN, BabaGame
 from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.options import instruction_builder
-from verlog.envs.wording import steps
 
 __all__ = [
     "BABAISAI_MAX_STEPS",
     "BabaIsAITextEnv",
+    "balrog_player",
     "build_brief_instruction",
     "build_instruction",
     "describe_game",
@@ -71,43 +81,37 @@ _ACTION_HELP = {
 LOST_NOTICE = "Nothing is YOU any more: you lost."
 
 _OFFSETS: dict[tuple[int, int], str] = {}
-_NAMES: dict[int, str] = {}
 #: (code, dx, dy) -> the object's line, newline first (``"\nkey 1 step to the right"``).
 _LINES: dict[tuple[int, int, int], str] = {}
 #: (board width, cell count) -> ``(x, y)`` of every cell index.
 _COORDS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+_BABA = item_code("baba") & KIND_MASK
 
 
 def offset_text(dx: int, dy: int) -> str:
-    """BALROG-style offset of a cell from the player: ``dx`` columns right, ``dy`` rows down.
+    """BALROG's offset of a cell from the player: ``dx`` columns right, ``dy`` rows down.
 
-    Examples: ``offset_text(-3, -2) == "3 steps to the left and 2 steps up"``,
-    ``offset_text(1, 0) == "1 step to the right"``, ``offset_text(0, 0) == "at your position"``.
+    BALROG decides between "step" and "steps" on the signed count, so left and up are always
+    "step". Examples: ``offset_text(-3, -2) == "3 step to the left and 2 step up"``,
+    ``offset_text(2, 1) == "2 steps to the right and 1 step down"``, ``offset_text(0, 0) == ""``.
     """
     text = _OFFSETS.get((dx, dy))
     if text is None:
         parts = []
         if dx:
-            parts.append(f"{steps(abs(dx))} to the {'right' if dx > 0 else 'left'}")
+            parts.append(f"{abs(dx)} {'steps' if dx > 1 else 'step'} to the {'right' if dx > 0 else 'left'}")
         if dy:
-            parts.append(f"{steps(abs(dy))} {'down' if dy > 0 else 'up'}")
-        text = " and ".join(parts) if parts else "at your position"
-        _OFFSETS[(dx, dy)] = text
+            parts.append(f"{abs(dy)} {'steps' if dy > 1 else 'step'} {'down' if dy > 0 else 'up'}")
+        text = _OFFSETS[(dx, dy)] = " and ".join(parts)
     return text
 
 
-def _name(code: int) -> str:
-    name = _NAMES.get(code)
-    if name is None:
-        name = _NAMES[code] = item_name(code)
-    return name
-
-
 def _object_line(code: int, dx: int, dy: int) -> str:
-    """``"\\n<name> <offset>"`` of item ``code`` at ``(dx, dy)`` from the player (cached)."""
+    """``"\n<name> <offset>"`` of item ``code`` at ``(dx, dy)`` from the player, or ``"\n"`` on the
+    player's own cell (BALROG writes nothing there, not even the name). Cached."""
     line = _LINES.get((code, dx, dy))
     if line is None:
-        line = _LINES[(code, dx, dy)] = f"\n{_name(code)} {offset_text(dx, dy)}"
+        line = _LINES[(code, dx, dy)] = f"\n{item_name(code)} {offset_text(dx, dy)}" if dx or dy else "\n"
     return line
 
 
@@ -120,9 +124,26 @@ def _cell_coords(width: int, size: int) -> tuple[tuple[int, int], ...]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _rules_header(rules: tuple[tuple[str, str], ...]) -> str:
-    """The observation up to ``Objects on the map:`` for these rules (rules change rarely: cached)."""
-    return "\n".join(["Active rules:", *(f"{a} is {b}" for a, b in rules), "", "Objects on the map:"])
+def _rules_header(sentences: tuple[tuple[str, str], ...]) -> str:
+    """The observation up to ``Objects on the map:`` for these sentences (they change rarely: cached)."""
+    rules = "\n".join(f"{a} is {b}" for a, b in sentences if b in PROPERTY_NAMES)
+    return f"Active rules:\n{rules}\n\nObjects on the map:"
+
+
+def balrog_player(game: BabaGame) -> tuple[int, int] | None:
+    """The cell BALROG measures offsets from: the first cell (row-major) whose top item is an object
+    of the kind named by the last ``X is you`` sentence; ``None`` if there is no such cell."""
+    you = None
+    for noun, predicate in game.sentences:
+        if predicate == "you":
+            you = noun
+    if you is None or you not in OBJECT_NAMES:
+        return None
+    kind = item_code(you) & KIND_MASK
+    for idx, cell in enumerate(game.cells):
+        if cell and cell[-1] & KIND_MASK == kind:
+            return idx % game.width, idx // game.width
+    return None
 
 
 def describe_game(game: BabaGame, anchor: tuple[int, int] | None = None) -> str:
@@ -130,36 +151,37 @@ def describe_game(game: BabaGame, anchor: tuple[int, int] | None = None) -> str:
 
     Args:
         game: the board.
-        anchor: the cell offsets are measured from when nothing is YOU (e.g. the last player cell);
-            ignored while a player exists. ``None`` then means the top-left interior cell ``(1, 1)``.
+        anchor: the cell offsets are measured from when BALROG's wrapper finds no player (e.g. the
+            last player cell); ``None`` then means Verlog's first YOU item, else the top-left
+            interior cell ``(1, 1)``.
 
     Returns:
         ``"Active rules:\\n<rules>\\n\\nObjects on the map:\\n<objects>"``, preceded by the lost notice
         line when nothing is YOU.
     """
-    player = game.player()
+    player = balrog_player(game)
+    lost = False
     if player is None:
-        px, py = anchor if anchor is not None else (1, 1)
-        player_idx = player_code = -1
-    else:
-        px, py, player_code = player
-        player_idx = py * game.width + px
+        you = game.player()
+        lost = you is None
+        player = anchor if anchor is not None and lost else (you[:2] if you is not None else (1, 1))
+    px, py = player
     cells = game.cells
     coords = _cell_coords(game.width, len(cells))
-    parts = [_rules_header(game.rules)]
+    parts = [_rules_header(game.sentences), "\n"]
     append, lines = parts.append, _LINES
     # Only the non-empty cells, in row-major order (compress skips the empty tuples at C speed).
     for idx in compress(range(len(cells)), cells):
+        code = cells[idx][-1]
+        if code & KIND_MASK == _BABA:
+            continue
         x, y = coords[idx]
         dx, dy = x - px, y - py
-        cell = cells[idx]
-        if idx == player_idx:  # the player itself is not listed (once: a twin may share its cell)
-            cell = list(cell)
-            cell.remove(player_code)
-        for code in cell:
-            append(lines.get((code, dx, dy)) or _object_line(code, dx, dy))
+        append(lines.get((code, dx, dy)) or _object_line(code, dx, dy))
+    if len(parts) > 2:
+        parts[1] = ""  # the first object line brings its own newline
     text = "".join(parts)
-    return text if player is not None else f"{LOST_NOTICE}\n{text}"
+    return text if not lost else f"{LOST_NOTICE}\n{text}"
 
 
 def build_instruction() -> str:
@@ -171,18 +193,19 @@ def build_instruction() -> str:
         'A rule is three blocks in a line, read left to right or top to bottom: "[Subject] IS [Property]", '
         'e.g. "baba is you" or "door is win". Subjects are objects: baba, key, ball, door, wall. Properties:\n'
         "- you: you control every object of that kind (all of them move with your actions);\n"
-        "- win: when an object that is YOU is on the same cell as an object that is WIN, you win;\n"
+        "- win: when an object that is YOU steps onto an object that is WIN, you win;\n"
         "- stop: nothing can move onto that object;\n"
         "- push: walking into that object pushes it;\n"
-        "- defeat: an object that is YOU is destroyed on it.\n"
+        "- defeat: when an object that is YOU steps onto it, you lose.\n"
         "Objects without properties can be walked over. Text blocks can always be pushed, also in a row; "
         "a push fails at the edge of the map or against a STOP object. The rules are re-read after every "
         "move: pushing a block out of line breaks its rule, lining blocks up creates a new rule at once. "
         "If nothing is YOU any more, you lose.\n\n"
         "Each turn you are told the active rules and where every object and text block is, relative to "
-        'you; text blocks are written rule `word`, e.g. "rule `win` 3 steps to the left and 2 steps up", '
-        'and objects by their name, e.g. "door 1 step to the right". The map is enclosed by an edge '
-        "that is not listed.\n\n"
+        'you; text blocks are written rule `word`, e.g. "rule `win` 3 step to the left and 2 step up", '
+        'and objects by their name, e.g. "door 2 steps to the right". Distances to the left or up are '
+        'always written "step". Baba is not listed, and something you stand on (or that a block covers) '
+        "is hidden until it is uncovered. The map is enclosed by an edge that is not listed.\n\n"
         f"Actions:\n{actions}\n\n"
         "Tips:\n"
         "- Read the active rules first: which object is YOU and which is WIN.\n"
@@ -250,6 +273,7 @@ class BabaIsAITextEnv(TextEnv):
         self.target_plan = ""
         self._outcome = ""
         self._anchor: tuple[int, int] | None = None
+        self._level_rng: np.random.RandomState | None = None
 
     #: ``("idle", "up", "right", "down", "left")`` (BALROG's order).
     fixed_actions = ACTIONS
@@ -280,9 +304,13 @@ class BabaIsAITextEnv(TextEnv):
 
     # -------------------------------------------------------------- game
     def _reset_game(self, seed: int | None) -> tuple[str, dict[str, Any]]:
-        # TextEnv.reset already seeded gymnasium's self.np_random when seed is an int; with None it
-        # continues that Generator (created from OS entropy on first use).
-        self.game, self.target_plan = generate_level(self.level, self.np_random)
+        # BALROG seeds numpy's legacy global RNG with the episode seed; we seed our own RandomState
+        # the same way. Unseeded resets continue it (first seeded from gymnasium's self.np_random).
+        if seed is not None:
+            self._level_rng = np.random.RandomState(seed)
+        elif self._level_rng is None:
+            self._level_rng = np.random.RandomState(int(self.np_random.integers(2**32)))
+        self.game, self.target_plan = generate_level(self.level, self._level_rng)
         self._outcome = ""
         self._anchor = None
         return self.describe(), self._extra_info()
@@ -295,7 +323,7 @@ class BabaIsAITextEnv(TextEnv):
         reward = 0.0
         if result == WIN:
             self._outcome = "win"
-            reward = 1.0 - 0.9 * (self.episode_step + 1) / self.max_steps
+            reward = 1 - 0.9 * ((self.episode_step + 1) / self.max_steps)  # BALROG's float rounding
         elif result == LOSE:
             self._outcome = "lose"
             reward = -1.0

@@ -1,10 +1,14 @@
-"""The 40 Baba Is AI levels of BALROG, generated from a seeded numpy ``Generator``.
+"""The 40 Baba Is AI levels of BALROG, generated from a seed exactly as BALROG generates them.
 
 Level names and their order are BALROG's task list (``balrog-ai/BALROG: balrog/config/config.yaml``,
 ``tasks.babaisai_tasks``, there prefixed with ``env/``). Each level family follows the generator of the
-same name in ``nacloos/baba-is-ai: baba/envs.py`` (its sizes, fixed rule positions, sampling regions and
-which blocks are displaced); the code here is our own. Every random draw comes from the ``rng``
-argument (a ``numpy.random.Generator``), never from a global RNG, so a seed reproduces a level.
+same name in ``nacloos/baba-is-ai: baba/envs.py``; the code here is our own. Upstream draws every random
+choice from numpy's global legacy RNG, which BALROG's evaluator seeds with the episode's seed
+(``np.random.seed(seed)``) just before ``reset``. We make the same draws, in the same order and with
+the same calls, from a ``numpy.random.RandomState`` passed in (never the global one), so
+``RandomState(seed)`` lays out BALROG's level for ``seed``, cell for cell: ``sample`` is upstream's
+rejection sampling (a random cell of the region, drawn again while it is occupied) and fixed cell
+lists are indexed without looking at what stands there.
 
 Families (coordinates ``(x, y)``, ``y`` down, the solid edge ring included in the size):
 
@@ -28,9 +32,9 @@ Families (coordinates ``(x, y)``, ``y`` down, the solid edge ring included in th
 * ``two_room-make_wall_win``: the noun of ``<obj1> is win`` is moved to an unusable cell; break
   ``wall is stop`` (at (2, 2)), push its ``wall`` to (9, 1) to form ``wall is win``, touch a wall.
 
-One conscious change: upstream writes the ``distr_win_rule`` blocks last, on top of whatever already
-stands at (9..11, 4) (two blocks could share a cell, hiding one); we write them before the random
-placements so those cells are never used twice.
+Upstream's quirks are kept: the ``distr_win_rule`` blocks are written last, on top of whatever already
+stands at (9..11, 4) (a block there hides the item below it until it is pushed away), and a cell of a
+fixed list may be one already used. Cells are stacks (the last item is on top).
 
 Objects get a kind from ``ball``, ``key``, ``door`` (three distinct kinds for obj1/obj2/obj3) and a
 colour from ``red``, ``blue``, ``green`` (independently, as upstream). Colours are part of the state
@@ -172,7 +176,7 @@ _RIGHT_UNPUSHABLE: tuple[Cell, ...] = tuple((11, 2 + i) for i in range(5)) + tup
 class _Builder:
     """A board under construction plus the level's RNG."""
 
-    def __init__(self, width: int, height: int, rng: np.random.Generator) -> None:
+    def __init__(self, width: int, height: int, rng: np.random.RandomState) -> None:
         self.game = BabaGame(width, height)
         self.rng = rng
 
@@ -182,24 +186,20 @@ class _Builder:
         return not self.game.solid[idx] and not self.game.cells[idx]
 
     def sample(self, region: Region) -> Cell:
-        """A uniformly random free cell of ``region`` (upstream's rejection sampling, done exactly)."""
+        """A random free cell of ``region``: upstream's rejection sampling, draw for draw (x then y,
+        each ``randint(low, high)`` over the region clipped to the board, again while occupied)."""
         x0, y0, w, h = region
-        free = [
-            (x, y)
-            for y in range(y0, min(y0 + h, self.game.height))
-            for x in range(x0, min(x0 + w, self.game.width))
-            if self.is_free((x, y))
-        ]
-        if not free:
+        x1, y1 = min(x0 + w, self.game.width), min(y0 + h, self.game.height)
+        if not any(self.is_free((x, y)) for y in range(y0, y1) for x in range(x0, x1)):
             raise RuntimeError(f"no free cell left in region {region}")
-        return free[int(self.rng.integers(len(free)))]
+        while True:
+            cell = (int(self.rng.randint(x0, x1)), int(self.rng.randint(y0, y1)))
+            if self.is_free(cell):
+                return cell
 
     def choose(self, cells: tuple[Cell, ...]) -> Cell:
-        """A uniformly random entry of ``cells`` among the free ones."""
-        free = [c for c in cells if self.is_free(c)]
-        if not free:
-            raise RuntimeError(f"none of the cells {cells} is free")
-        return free[int(self.rng.integers(len(free)))]
+        """A uniformly random entry of ``cells`` (occupied or not, as upstream)."""
+        return cells[int(self.rng.choice(len(cells)))]
 
     def put(self, cell: Cell, code: int) -> Cell:
         self.game.add(cell[0], cell[1], code)
@@ -227,10 +227,10 @@ class _Builder:
             self.put((x, y), item_code("wall"))
 
 
-def _sample_objects(rng: np.random.Generator) -> list[tuple[str, str]]:
+def _sample_objects(rng: np.random.RandomState) -> list[tuple[str, str]]:
     """obj1, obj2, obj3: three distinct kinds, each with an independent random colour."""
-    kinds = rng.permutation(len(_KINDS))
-    colors = rng.integers(len(_COLORS), size=3)
+    kinds = rng.choice(len(_KINDS), size=3, replace=False)
+    colors = rng.choice(len(_COLORS), size=3, replace=True)
     return [(_KINDS[int(k)], _COLORS[int(c)]) for k, c in zip(kinds, colors)]
 
 
@@ -241,7 +241,7 @@ def _one_room(spec: LevelSpec, b: _Builder) -> str:
     if spec.break_win_rule:
         b.move_block(win_cells[0], b.sample((2, 2, 4, 4)))
     if spec.distractor_rule_block:
-        cell = _ONE_ROOM_DISTRACTOR_CELLS[int(b.rng.integers(len(_ONE_ROOM_DISTRACTOR_CELLS)))]
+        cell = b.choose(_ONE_ROOM_DISTRACTOR_CELLS)
         b.put(cell, noun_code(obj3[0] if spec.irrelevant_rule_distractor else obj2[0]))
     below_top_row = (1, 2, b.game.width, b.game.height)
     b.place(item_code("baba"), below_top_row)
@@ -268,8 +268,6 @@ def _two_room(spec: LevelSpec, b: _Builder) -> str:
     b.put_rule("baba", "you", 1, height - 2)
     stop_cells = b.put_rule("wall", "stop", 1, 2)
     win_cells = b.put_rule(obj1[0], "win", width - 4, 1)
-    if spec.distractor_win_rule:
-        b.put_rule(obj3[0], "win", width - 4, 4)
     if spec.distractor_rule_block:
         if spec.irrelevant_rule_distractor:
             b.place(noun_code(obj3[0]), right_pushable)
@@ -279,13 +277,15 @@ def _two_room(spec: LevelSpec, b: _Builder) -> str:
             b.place(noun_code(obj2[0]), right_pushable)
     if spec.break_stop_rule:
         dst = b.sample(left_pushable)
-        b.move_block(stop_cells[1 + int(b.rng.integers(2))], dst)  # the `is` or the `stop`
+        b.move_block(stop_cells[1 + int(b.rng.choice(2))], dst)  # the `is` or the `stop`
     if spec.break_win_rule:
         b.move_block(win_cells[0], b.sample(right_pushable))
     b.place(item_code("baba"), left_pushable)
     obj1_cell = b.place(item_code(*obj1), regions[spec.obj_region])
     if spec.distractor_obj:
         b.place(item_code(*obj2), regions[spec.obj_region])
+    if spec.distractor_win_rule:  # last, on top of whatever stands there (upstream's order)
+        b.put_rule(obj3[0], "win", width - 4, 4)
     goal = obj1[0]
     if spec.break_win_rule:
         plan = f"make[{goal} is win], goto[{goal}]"
@@ -347,12 +347,13 @@ _LAYOUTS = {
 }
 
 
-def generate_level(name: str, rng: np.random.Generator) -> tuple[BabaGame, str]:
+def generate_level(name: str, rng: np.random.RandomState) -> tuple[BabaGame, str]:
     """Generate level ``name`` with random draws from ``rng``.
 
     Args:
         name: one of :data:`BABAISAI_LEVELS` (e.g. ``"two_room-make_win-distr_obj"``).
-        rng: the numpy ``Generator`` all random choices come from (advanced in place).
+        rng: the legacy numpy ``RandomState`` all random choices come from (advanced in place);
+            ``RandomState(seed)`` gives BALROG's level for ``seed``.
 
     Returns:
         ``(game, target_plan)``: the board with its rules read, and upstream's plan string for the
@@ -360,12 +361,12 @@ def generate_level(name: str, rng: np.random.Generator) -> tuple[BabaGame, str]:
 
     Raises:
         ValueError: an unknown level name.
-        TypeError: ``rng`` is not a ``numpy.random.Generator``.
+        TypeError: ``rng`` is not a ``numpy.random.RandomState``.
     """
     if name not in LEVEL_SPECS:
         raise ValueError(f"unknown Baba Is AI level {name!r}; levels are {list(BABAISAI_LEVELS)}")
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    if not isinstance(rng, np.random.RandomState):
+        raise TypeError(f"rng must be a numpy.random.RandomState, got {type(rng).__name__}")
     spec = LEVEL_SPECS[name]
     width, height, build = _LAYOUTS[spec.layout]
     builder = _Builder(width, height, rng)

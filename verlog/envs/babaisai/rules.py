@@ -1,36 +1,42 @@
 """The Baba Is AI rule engine: a grid of stacked items whose behaviour is set by rules written on it.
 
-Semantics (those of ``nacloos/baba-is-ai``, the game BALROG uses, written independently here and
-cleaned up where upstream only looks at the top item of a cell):
+Semantics: those of ``nacloos/baba-is-ai``, the game BALROG uses, written independently here, with
+upstream's top-of-the-stack logic kept so that a seed and a list of actions give BALROG's game:
 
 * The board is ``width`` x ``height`` cells, ``(x, y)`` with ``x`` to the right and ``y`` down.
   The outer ring is the solid, indestructible edge of the map: nothing enters it and it is no object
-  (upstream's border ``Wall``). Every other cell holds any number of items (a stack, kept sorted).
+  (upstream's border ``Wall``). Every other cell holds any number of items, a stack in the order they
+  arrived: the last item is on top.
 * Items are objects (``baba``, ``key``, ``ball``, ``door``, ``wall``; each with a colour) or text
   blocks: nouns (the same five names), the operator ``is`` and the properties ``you``, ``win``,
   ``stop``, ``push``, ``defeat``.
-* Rules are read from the board: an ``is`` block with a noun on its left and a property (or a noun)
-  on its right is a horizontal rule, with a noun above and a property/noun below a vertical one
-  (``"key is win"``). ``X is <noun Y>`` turns every X object into a Y (unless ``X is X`` holds).
-  Text blocks are always PUSH; objects have exactly the properties the rules give their kind.
-* An action ``up``/``right``/``down``/``left`` moves every YOU item one cell, front-most first. A move
-  pushes the PUSH items of the cells ahead (a whole chain moves or nothing does); it fails if the chain
-  runs into the edge or into a cell holding a STOP item that is not PUSH. Items that are neither STOP
-  nor PUSH are walked over (they share the cell). ``idle`` moves nothing.
-* After the moves the rules are re-read (only when a text block moved), transformations are applied,
-  then: a YOU item sharing a cell with a DEFEAT item is destroyed; if a YOU item shares a cell with a
-  WIN item (itself included) the game is won; otherwise, if no YOU item is left, the game is lost.
+* Rules are read from the top item of each cell: an ``is`` block with a noun on its left and a
+  property (or a noun) on its right is a horizontal rule, with a noun above and a property/noun below
+  a vertical one (``"key is win"``). Text blocks are always PUSH; objects have exactly the properties
+  the rules give their kind.
+* An action ``up``/``right``/``down``/``left`` moves the YOU items one cell each, in upstream's order:
+  cells in row-major order, each cell's top item if it is YOU and has not moved yet (a YOU item
+  under another item does not move). A move first pushes the item on top of the cell ahead if it
+  is PUSH (recursively, so a line of blocks moves together or not at all); it then fails if the cell
+  ahead is the edge or has a text block or a STOP object on top. Anything else is walked over (the
+  mover lands on top of it and hides it). ``idle`` moves nothing.
+* The step is won if the last YOU item to move found a WIN item on top of its destination (its own
+  cell when it could not move, so a YOU that is also WIN wins by walking into a wall), lost if it
+  found a DEFEAT item there; both under the rules from before the move. Then the rules are re-read,
+  and each ``X is <noun Y>`` sentence puts a new Y object on top of every cell whose top item is an X
+  (the X stays underneath; ``X is X`` stacks a copy).
 
-Departures from upstream (all in cases where upstream is inconsistent): upstream checks WIN/DEFEAT
-against the rules *before* the move and only against the top item of the destination cell, lets a
-pushed-but-blocked PUSH *object* be walked over, never ends the game when nothing is YOU (BALROG's
-wrapper then silently resets the level), and implements ``X is Y`` by stacking a new Y on every X.
+Two departures: when no item is YOU the step returns :data:`LOSE` (upstream goes on; BALROG's wrapper
+then silently starts a new level); and a YOU item that a push uncovers further along the scan moves
+when the scan reaches it (upstream keeps a "has moved" flag only on items that were on top when the
+step began, so there it raises an ``AttributeError`` or reads a flag left from an earlier step).
 
 Items are ints (:mod:`verlog.envs.babaisai.items`).
 """
 
 from __future__ import annotations
 
+import heapq
 import numbers
 from typing import Sequence
 
@@ -89,17 +95,20 @@ class BabaGame:
 
     Attributes:
         width, height: board size.
-        cells: ``list[tuple[int, ...]]``, the sorted items of each cell (read-only for callers: use
+        cells: ``list[tuple[int, ...]]``, the items of each cell, bottom to top (read-only for callers: use
             :meth:`add`/:meth:`remove` and then :meth:`refresh` to edit a board by hand).
         rules: ``tuple[tuple[str, str], ...]`` of the active rules, e.g. ``(("baba", "you"),)``, in
             reading order (``is`` blocks row by row, horizontal before vertical), without duplicates.
+        sentences: the same, but every sentence on the board, duplicates included (a rule written
+            twice is listed twice, as in BALROG's ``Active rules``).
 
     Raises:
         ValueError: bad sizes, a wrong number of cells, invalid item codes or items on the edge.
         TypeError: sizes or codes that are not ints.
     """
 
-    __slots__ = ("width", "height", "cells", "solid", "rules", "_props", "_transforms", "_key", "_yous")
+    __slots__ = ("width", "height", "cells", "solid", "rules", "sentences", "_props", "_transforms", "_key",
+                 "_yous")
 
     def __init__(self, width: int, height: int, cells: Sequence[Sequence[int]] | None = None) -> None:
         if any(isinstance(v, bool) or not isinstance(v, int) for v in (width, height)):
@@ -116,13 +125,14 @@ class BabaGame:
         else:
             if len(cells) != width * height:
                 raise ValueError(f"expected {width * height} cells, got {len(cells)}")
-            self.cells = [tuple(sorted(check_code(c) for c in cell)) for cell in cells]
+            self.cells = [tuple(check_code(c) for c in cell) for cell in cells]
             for idx, cell in enumerate(self.cells):
                 if cell and self.solid[idx]:
                     raise ValueError(f"cell {(idx % width, idx // width)} is on the edge of the map and must be empty")
         self.rules: tuple[tuple[str, str], ...] = ()
+        self.sentences: tuple[tuple[str, str], ...] = ()
         self._props: list[int] = list(_BASE_PROPS)
-        self._transforms: dict[int, int] = {}
+        self._transforms: list[tuple[int, int]] = []
         self._key: bytes | None = None
         # (cell index, code) of every YOU item in row-major order; None = to be recomputed.
         self._yous: list[tuple[int, int]] | None = None
@@ -135,7 +145,7 @@ class BabaGame:
         return y * self.width + x
 
     def add(self, x: int, y: int, code: int) -> None:
-        """Put item ``code`` on cell ``(x, y)`` (call :meth:`refresh` after adding text blocks).
+        """Put item ``code`` on top of cell ``(x, y)`` (call :meth:`refresh` after adding text blocks).
 
         Raises:
             ValueError: the cell is outside the board or on its solid edge, or the code is invalid.
@@ -145,7 +155,7 @@ class BabaGame:
         if self.solid[idx]:
             raise ValueError(f"cell {(x, y)} is on the solid edge of the map")
         check_code(code)
-        self.cells[idx] = tuple(sorted(self.cells[idx] + (code,)))
+        self.cells[idx] = self.cells[idx] + (code,)
         self._key = self._yous = None
 
     def remove(self, x: int, y: int, code: int) -> None:
@@ -159,7 +169,7 @@ class BabaGame:
         self._key = self._yous = None
 
     def items_at(self, x: int, y: int) -> tuple[int, ...]:
-        """The sorted item codes on cell ``(x, y)``."""
+        """The item codes on cell ``(x, y)``, bottom to top."""
         return self.cells[self._index(x, y)]
 
     def copy(self) -> "BabaGame":
@@ -167,62 +177,55 @@ class BabaGame:
         new = BabaGame.__new__(BabaGame)
         new.width, new.height, new.solid = self.width, self.height, self.solid
         new.cells = list(self.cells)
-        new.rules, new._props, new._transforms = self.rules, list(self._props), dict(self._transforms)
+        new.rules, new.sentences = self.rules, self.sentences
+        new._props, new._transforms = list(self._props), self._transforms
         new._key, new._yous = self._key, self._yous
         return new
 
     # ------------------------------------------------------------------ rules
     def refresh(self) -> None:
-        """Re-read the rules from the board and apply transformations (after editing by hand)."""
+        """Re-read the rules from the board (after editing by hand). Transformations (``X is <noun>``)
+        act from the next move on, as upstream, which applies them only after a move."""
         self._read_rules()
-        if self._transforms:
-            self._apply_transforms()
         self._key = self._yous = None
 
     def _read_rules(self) -> None:
         width, cells = self.width, self.cells
         found: list[tuple[int, int]] = []  # (noun kind, predicate kind)
+        sentences: list[tuple[int, int]] = []
+        size = len(cells)
         for idx, cell in enumerate(cells):
-            if not cell:
+            if not cell or cell[-1] & KIND_MASK != IS:
                 continue
-            for code in cell:
-                if code & KIND_MASK != IS:
+            for before, after in ((idx - 1, idx + 1), (idx - width, idx + width)):
+                if before < 0 or after >= size or not cells[before] or not cells[after]:
                     continue
-                for before, after in ((idx - 1, idx + 1), (idx - width, idx + width)):
-                    if before < 0 or after >= len(cells):
-                        continue
-                    for left in cells[before]:
-                        lk = left & KIND_MASK
-                        if not is_noun(lk):
-                            continue
-                        for right in cells[after]:
-                            rk = right & KIND_MASK
-                            if is_property(rk) or is_noun(rk):
-                                if (lk, rk) not in found:
-                                    found.append((lk, rk))
+                lk, rk = cells[before][-1] & KIND_MASK, cells[after][-1] & KIND_MASK
+                if is_noun(lk) and (is_property(rk) or is_noun(rk)):
+                    sentences.append((lk, rk))
+                    if (lk, rk) not in found:
+                        found.append((lk, rk))
         props = list(_BASE_PROPS)
-        transforms: dict[int, int] = {}
-        identities = {lk for lk, rk in found if lk == rk}
         for lk, rk in found:
-            kind = lk - NOUN_OFFSET
             if is_property(rk):
-                props[kind] |= 1 << (rk - PROPERTY_OFFSET)
-            elif lk != rk and kind not in transforms and lk not in identities:
-                transforms[kind] = rk - NOUN_OFFSET
+                props[lk - NOUN_OFFSET] |= 1 << (rk - PROPERTY_OFFSET)
+        # X is <noun Y>: (object kind X, item code of a new Y), once per sentence, in reading order.
+        transforms = [
+            (lk - NOUN_OFFSET, item_code(OBJECT_NAMES[rk - NOUN_OFFSET - 1])) for lk, rk in sentences if is_noun(rk)
+        ]
         self._props = props
         self._transforms = transforms
         self.rules = tuple((text_word(lk), text_word(rk)) for lk, rk in found)
+        self.sentences = tuple((text_word(lk), text_word(rk)) for lk, rk in sentences)
 
     def _apply_transforms(self) -> None:
-        transforms, cells = self._transforms, self.cells
-        for idx, cell in enumerate(cells):
-            if cell and any((c & KIND_MASK) in transforms for c in cell):
-                cells[idx] = tuple(
-                    sorted(
-                        item_code(OBJECT_NAMES[transforms[c & KIND_MASK] - 1]) if (c & KIND_MASK) in transforms else c
-                        for c in cell
-                    )
-                )
+        """Upstream's ``X is Y``: for each such sentence in reading order, every cell whose top item is
+        an X object gets a new Y object (default colour) on top; the X stays underneath."""
+        cells = self.cells
+        for kind, new in self._transforms:
+            for idx, cell in enumerate(cells):
+                if cell and cell[-1] & KIND_MASK == kind:
+                    cells[idx] = cell + (new,)
 
     def properties(self, code: int) -> frozenset[str]:
         """The properties item ``code`` has under the current rules (text blocks: ``{"push"}``)."""
@@ -275,7 +278,7 @@ class BabaGame:
 
     @property
     def state_key(self) -> bytes:
-        """The exact board as bytes (size, then each cell's sorted items and a 255 separator).
+        """The exact board as bytes (size, then each cell's items bottom to top and a 255 separator).
 
         Rules, properties and the player are functions of the board, so equal keys mean equal
         game states (the step count is not part of it). Cached until the board changes.
@@ -304,84 +307,77 @@ class BabaGame:
             if isinstance(action, bool) or not isinstance(action, numbers.Integral) or not 0 <= action < 5:
                 raise ValueError(f"action must be an int in range(5) ({ACTIONS}), got {action!r}")
             action = int(action)
+        bits = 0  # what the last YOU item to move found on top of its destination
         if action:
-            movers = self._you_cells()
-            if movers:
-                dx, dy = DIRECTIONS[action]
-                width = self.width
-                if len(movers) > 1:  # front-most first, so that a line of YOU items moves together
-                    movers = sorted(movers, key=lambda m: -((m[0] % width) * dx + (m[0] // width) * dy))
-                delta = dy * width + dx
-                text_moved = False
-                for idx, code in movers:
-                    if code in self.cells[idx]:
-                        text_moved |= self._move(idx, code, delta)
-                self._key = None
-                if text_moved:
-                    self._read_rules()
-                if self._transforms:
-                    self._apply_transforms()
-        return self._resolve()
+            dx, dy = DIRECTIONS[action]
+            delta = dy * self.width + dx
+            cells, props = self.cells, self._props
+            moved: set[tuple[int, int]] = set()  # (cell, stack position) of the YOU items that moved
+            text_moved = False
+            # Upstream's order: the cells in row-major order as they are at that moment, each
+            # cell's top item if it is YOU and has not moved yet. Only cells with a YOU item on top
+            # are visited: those at the start, plus those further on whose top block a push took
+            # away (a YOU item under it is then on top when upstream's scan gets there).
+            todo = sorted({idx for idx, _ in self._you_cells() if props[cells[idx][-1] & KIND_MASK] & YOU})
+            queued = set(todo)
+            while todo:
+                idx = heapq.heappop(todo)
+                cell = cells[idx]
+                if not cell or not props[cell[-1] & KIND_MASK] & YOU or (idx, len(cell) - 1) in moved:
+                    continue
+                dest, pushed_text, bits = self._move(idx, delta)
+                text_moved |= pushed_text
+                moved.add((dest, len(cells[dest]) - 1))
+                if delta > 0:
+                    j = idx + delta
+                    while not self.solid[j]:
+                        top = cells[j][-1] if cells[j] else 0
+                        if (top and props[top & KIND_MASK] & YOU and j not in queued
+                                and (j, len(cells[j]) - 1) not in moved):
+                            heapq.heappush(todo, j)
+                            queued.add(j)
+                        j += delta
+            self._key = None
+            if text_moved:
+                self._read_rules()
+            if self._transforms:
+                self._apply_transforms()
+        return self._resolve(bits)
 
-    def _move(self, idx: int, code: int, delta: int) -> bool:
-        """Move item ``code`` from cell ``idx`` by ``delta`` cells, pushing; return whether text moved.
+    def _move(self, idx: int, delta: int) -> tuple[int, bool, int]:
+        """Move the top item of cell ``idx`` by ``delta`` cells, as upstream: a PUSH item on top of
+        the cell ahead is pushed first (recursively); the move then happens unless the cell ahead
+        is the edge or has a text block or a STOP object on top.
 
-        Nothing happens when the move is blocked.
+        Returns:
+            ``(cell the item is on afterwards, whether a text block moved, the property bits of the
+            top item of that cell before the item arrived)``: the bits decide WIN and DEFEAT (on a
+            blocked move they are the item's own).
         """
-        cells, solid, props = self.cells, self.solid, self._props
-        chain: list[int] = []
+        cells, props = self.cells, self._props
         j = idx + delta
-        while True:
-            if solid[j]:
-                return False
-            pushed = False
-            for c in cells[j]:
-                bits = props[c & KIND_MASK]
-                if bits & PUSH:
-                    pushed = True
-                elif bits & STOP:
-                    return False
-            if not pushed:
-                break
-            chain.append(j)
-            j += delta
         text_moved = False
-        for j in reversed(chain):
-            moving = tuple(c for c in cells[j] if props[c & KIND_MASK] & PUSH)
-            cells[j] = tuple(c for c in cells[j] if not props[c & KIND_MASK] & PUSH)
-            cells[j + delta] = tuple(sorted(cells[j + delta] + moving))
-            if not text_moved:
-                text_moved = any((c & KIND_MASK) > NOUN_OFFSET for c in moving)
-        src = list(cells[idx])
-        src.remove(code)
-        cells[idx] = tuple(src)
-        cells[idx + delta] = tuple(sorted(cells[idx + delta] + (code,)))
-        return text_moved
+        if not self.solid[j]:
+            if cells[j] and props[cells[j][-1] & KIND_MASK] & PUSH:
+                text_moved = self._move(j, delta)[1]
+            ahead = cells[j]
+            top = ahead[-1] & KIND_MASK if ahead else 0
+            if not ahead or not (is_text(top) or props[top] & STOP):
+                code = cells[idx][-1]
+                cells[idx] = cells[idx][:-1]
+                cells[j] = ahead + (code,)
+                return j, text_moved or is_text(code & KIND_MASK), props[top] if ahead else 0
+        return idx, text_moved, props[cells[idx][-1] & KIND_MASK]
 
-    def _resolve(self) -> int:
-        """Destroy YOU items on DEFEAT cells, refresh the YOU cache, return the outcome."""
-        props, cells = self._props, self.cells
-        yous: list[tuple[int, int]] = []
-        won = False
-        for idx, cell in enumerate(cells):
-            if not cell:
-                continue
-            bits = 0
-            for code in cell:
-                bits |= props[code & KIND_MASK]
-            if not bits & YOU:
-                continue
-            if bits & DEFEAT:
-                cells[idx] = tuple(c for c in cell if not props[c & KIND_MASK] & YOU)
-                self._key = None
-                continue
-            yous.extend((idx, code) for code in cell if props[code & KIND_MASK] & YOU)
-            if bits & WIN_PROP:
-                won = True
-        self._yous = yous
-        if won:
+    def _resolve(self, bits: int) -> int:
+        """The outcome of a step whose last YOU mover found ``bits`` at its destination; refreshes
+        the YOU cache."""
+        self._yous = None
+        if bits & WIN_PROP:
             return WIN
-        return ONGOING if yous else LOSE
+        if bits & DEFEAT:
+            return LOSE
+        return ONGOING if self._you_cells() else LOSE
 
     # ------------------------------------------------------------------ text
     def render(self) -> str:

@@ -201,7 +201,7 @@ def solve(game: BabaGame, *, max_nodes: int = 100_000, use_heuristic: bool = Tru
                     else:  # teleport the player to `cur` (a free cell it can walk to)
                         here = state.copy()
                         here.cells[start] = without[start]
-                        here.cells[cur] = tuple(sorted(here.cells[cur] + (code,)))
+                        here.cells[cur] = here.cells[cur] + (code,)  # on top, as a walk leaves it
                         here._key = here._yous = None
                     moves.append((cur, here, action))
         for cur, here, action in moves:
