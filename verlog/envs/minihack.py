@@ -1,7 +1,9 @@
 """MiniHack (upstream ``minihack``) as :class:`~verlog.envs.base.TextEnv` games, in BALROG's conventions.
 
-Observations and the context (inventory) follow :mod:`verlog.envs.nethack_text` (message, language
-observation, cursor line, terminal map; ``--More--`` dismissed automatically).
+Observations and the context (inventory)
+are, by default, BALROG's text byte for byte (:mod:`verlog.envs.nethack_balrog_text`: message, language
+observation, cursor, terminal map; ``--More--`` dismissed automatically after each step, as BALROG's
+``skip_more: True``); ``text_style="tidy"`` gives Verlog's own (:mod:`verlog.envs.nethack_text`).
 
 Registered tasks (:data:`MINIHACK_TASKS`; BALROG's MiniHack suite minus Boxoban):
 ``minihack/MazeWalk-9x9``, ``minihack/MazeWalk-15x15``, ``minihack/Corridor-R3``,

@@ -1,8 +1,9 @@
 """NetHack (NLE's ``NetHackChallenge-v0``) as a :class:`~verlog.envs.base.TextEnv`, in BALROG's conventions.
 
-Registered as ``nle/NetHackChallenge`` (alias ``nle/default``). Observations and the context
-(inventory) follow :mod:`verlog.envs.nethack_text` (message, language observation, cursor line,
-terminal map; ``--More--`` dismissed automatically, as BALROG's ``skip_more: True``).
+Registered as ``nle/NetHackChallenge`` (alias ``nle/default``). Observations and the context (inventory)
+are, by default, BALROG's text byte for byte (:mod:`verlog.envs.nethack_balrog_text`: message, language
+observation, cursor, terminal map; ``--More--`` dismissed automatically after each step, as BALROG's
+``skip_more: True``); ``text_style="tidy"`` gives Verlog's own (:mod:`verlog.envs.nethack_text`).
 
 Actions (:data:`NLE_ACTION_NAMES`, 152 strings):
 
