@@ -127,6 +127,10 @@ def test_description_orders_merges_and_stops_rays():
     # the same name, distance and direction twice: a plural line
     twice = {(x + 3, y): nethack.GLYPH_CMAP_OFF + 24, (x + 4, y): nethack.GLYPH_CMAP_OFF + 24}
     assert bt.describe_glyphs(_glyphs(twice), x, y) == "stairs downs near east"
+    # a mass noun's plural is its singular: the plural line takes the singular's place and is written twice
+    bars = nethack.GLYPH_CMAP_OFF + 17
+    mass = {(x + 3, y): bars, (x + 4, y): bars, (x - 3, y): bars}
+    assert bt.describe_glyphs(_glyphs(mass), x, y) == "bars near east\nbars near east"
 
 
 def test_cursor_message_and_inventory_rules():
