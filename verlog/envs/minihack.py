@@ -1,7 +1,9 @@
 """MiniHack (upstream ``minihack``) as :class:`~verlog.envs.base.TextEnv` games, in BALROG's conventions.
 
-Observations and the context (inventory) follow :mod:`verlog.envs.nethack_text` (message, language
-observation, cursor line, terminal map; ``--More--`` dismissed automatically).
+Observations and the context (inventory)
+are, by default, BALROG's text byte for byte (:mod:`verlog.envs.nethack_balrog_text`: message, language
+observation, cursor, terminal map; ``--More--`` dismissed automatically after each step, as BALROG's
+``skip_more: True``); ``text_style="tidy"`` gives Verlog's own (:mod:`verlog.envs.nethack_text`).
 
 Registered tasks (:data:`MINIHACK_TASKS`; BALROG's MiniHack suite minus Boxoban):
 ``minihack/MazeWalk-9x9``, ``minihack/MazeWalk-15x15``, ``minihack/Corridor-R3``,
@@ -44,7 +46,7 @@ import warnings
 from typing import Any, Mapping
 
 from verlog.envs.nethack_actions import ACTION_GLOSSES, action_indices
-from verlog.envs.nethack_text import NATIVE_STEP_LIMIT, NetHackTextEnvBase, make_nle_env
+from verlog.envs.nethack_text import NATIVE_STEP_LIMIT, SURROUNDINGS_HELP, NetHackTextEnvBase, make_nle_env
 from verlog.envs.options import instruction_builder, task_entry
 from verlog.envs.registry import register
 
@@ -119,12 +121,13 @@ BALROG_MINIHACK_KWARGS: dict[str, Any] = {
 }
 
 
-def build_instruction(family: str, actions: list[str]) -> str:
+def build_instruction(family: str, actions: list[str], text_style: str = "balrog") -> str:
     """The full system prompt of a MiniHack task (our words, BALROG's content).
 
     Args:
         family: ``"maze"``, ``"corridor"`` or ``"quest"`` (the goal line).
         actions: the task's action names.
+        text_style: the observation text it explains (a key of :data:`SURROUNDINGS_HELP`).
 
     Raises:
         KeyError: unknown family.
@@ -133,9 +136,8 @@ def build_instruction(family: str, actions: list[str]) -> str:
     return (
         "You are an agent playing MiniHack, a small level of the dungeon game NetHack. "
         f"{_GOALS[family]}\n\n"
-        "Each turn you get the game message, a list of what is around you with its direction and "
-        'distance in steps (e.g. "staircase down 3 steps northwest"; north is up the map), your '
-        "position, and the screen as text: @ is you, > a staircase down, . floor, # a corridor, "
+        f"Each turn you get the game message, {SURROUNDINGS_HELP[text_style]}, "
+        "and the screen as text: @ is you, > a staircase down, . floor, # a corridor, "
         "| and - walls, + a door, letters are monsters.\n\n"
         f"Actions:\n{listed}\n\n"
         "Tips:\n"
@@ -166,6 +168,8 @@ class MiniHackTextEnv(NetHackTextEnvBase):
         format_penalty: added to the reward of a step whose reply held no valid action (<= 0).
         instruction_style: ``"full"`` or ``"brief"``.
         env_kwargs: extra MiniHack constructor arguments, over BALROG's (e.g. ``{"character": "val"}``).
+        text_style: ``"balrog"`` (BALROG's text, :mod:`verlog.envs.nethack_balrog_text`) or ``"tidy"``
+            (Verlog's own, :mod:`verlog.envs.nethack_text`).
 
     Raises:
         ValueError: unknown or unsupported task, bad style, or a reserved key in ``env_kwargs``.
@@ -179,6 +183,7 @@ class MiniHackTextEnv(NetHackTextEnvBase):
         format_penalty: float = 0.0,
         instruction_style: str = "full",
         env_kwargs: Mapping[str, Any] | None = None,
+        text_style: str = "balrog",
     ) -> None:
         if task in UNSUPPORTED_TASKS:
             raise ValueError(f"MiniHack task {task!r} is not available: {UNSUPPORTED_TASKS[task]}")
@@ -196,12 +201,15 @@ class MiniHackTextEnv(NetHackTextEnvBase):
             names,
             max_steps=MINIHACK_MAX_STEPS if max_steps is None else max_steps,
             format_penalty=format_penalty,
+            text_style=text_style,
         )
         self.task = task
         self.env_id = env_id
         self.env_kwargs = kwargs
         self.family = family
-        self._instruction = build_prompt(family, names)  # the same for every episode
+        # the same for every episode
+        full = build_prompt is build_instruction
+        self._instruction = build_prompt(family, names, text_style) if full else build_prompt(family, names)
         self._success = False
         self._goal_status = int(env.StepStatus.TASK_SUCCESSFUL)
 

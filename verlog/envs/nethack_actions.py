@@ -115,7 +115,7 @@ _NAMED: tuple[tuple[str, int, str], ...] = (
         "travel to a map location: next press < or > (the up/down actions) to put the cursor on a "
         "staircase, then . (wait) to go there",
     ),
-    ("turn", _M("t"), "turn undead (knights and priests)"),
+    ("turnundead", _M("t"), "turn undead (knights and priests)"),
     ("twoweapon", ord("X"), "toggle two-weapon combat"),
     ("untrap", _M("u"), "try to disarm a trap"),
     ("versionshort", ord("v"), "show the game's version"),

@@ -1,7 +1,11 @@
-"""Text conventions shared by the NetHack-based games (MiniHack and NLE), in BALROG's "hybrid" text mode.
+"""Text conventions shared by the NetHack-based games (MiniHack and NLE), and their shared game loop.
 
-An observation has four parts, each under a header line (our own rendering; BALROG used the
-``nle_language_wrapper`` package, which is not a dependency here):
+Two text styles (``text_style``): ``"balrog"``, the default, is byte for byte the "hybrid" text BALROG
+gives its agents (rules in :mod:`verlog.envs.nethack_balrog_text`; BALROG used the
+``nle_language_wrapper`` package, which is not a dependency here). ``"tidy"`` is Verlog's own
+rendering, described below.
+
+In the tidy style an observation has four parts, each under a header line:
 
 * ``message:`` the game's message. Messages that ended in ``--More--`` were dismissed automatically
   (see below); their texts come first, one per line, then the final message. ``(none)`` when empty.
@@ -33,7 +37,7 @@ An observation has four parts, each under a header line (our own rendering; BALR
 The current-only context (:func:`~verlog.envs.nethack_screen.render_inventory`) is the inventory,
 ``Inventory:`` then one ``<letter>: <item>`` line per item.
 
-``--More--``: after every action, while the terminal shows ``--More--`` and the game is not over, the
+``--More--`` in the tidy style: after every action (and after reset), while the terminal shows ``--More--`` and the game is not over, the
 MORE key is pressed (the presses are counted, they are not agent steps; their rewards are added to
 the step's reward). A ``--More--`` on the message line contributes that line's text to the message;
 one at the bottom of a text window (e.g. "Things that are here:") contributes the window's text.
@@ -58,6 +62,15 @@ from nle.env.base import NLE
 
 from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.nethack_actions import action_indices
+from verlog.envs.nethack_balrog_text import (
+    balrog_context,
+    balrog_observation,
+    cursor_text,
+    describe_glyphs,
+    inventory_text,
+    join_more,
+    screen_message,
+)
 from verlog.envs.nethack_glyphs import cursor_line, describe_surroundings
 from verlog.envs.nethack_screen import (
     MORE,
@@ -72,6 +85,8 @@ from verlog.envs.parsing import extract_action
 
 __all__ = [
     "OBSERVATION_KEYS",
+    "TEXT_STYLES",
+    "SURROUNDINGS_HELP",
     "NATIVE_STEP_LIMIT",
     "MAX_MORE_PRESSES",
     "NetHackTextEnvBase",
@@ -79,7 +94,21 @@ __all__ = [
 ]
 
 #: The NLE observation keys the text envs ask for.
-OBSERVATION_KEYS: tuple[str, ...] = ("glyphs", "blstats", "message", "tty_chars", "inv_strs", "inv_letters")
+OBSERVATION_KEYS: tuple[str, ...] = (
+    "glyphs", "blstats", "message", "tty_chars", "tty_cursor", "inv_strs", "inv_letters",
+)  # fmt: skip
+#: ``"balrog"`` (default): BALROG's text (:mod:`verlog.envs.nethack_balrog_text`); ``"tidy"``: Verlog's
+#: own four-part text (this module's docstring).
+TEXT_STYLES: tuple[str, ...] = ("balrog", "tidy")
+#: How the full instructions of MiniHack and NetHack describe the language observation and the cursor,
+#: per text style (each ends where the instruction goes on with ", and the screen as text").
+SURROUNDINGS_HELP: dict[str, str] = {
+    "balrog": "a list of what is around you with a rough distance (adjacent, very near, near, far, very far) "
+    'and a direction (e.g. "stairs down near northwest"; north is up the map), what the cursor is on '
+    "(normally yourself) with its screen position",
+    "tidy": "a list of what is around you with its direction and distance in steps "
+    '(e.g. "staircase down 3 steps northwest"; north is up the map), your position',
+}
 #: Safety bound on automatic MORE presses after one action.
 MAX_MORE_PRESSES = 64
 #: Native step limit given to NLE so that only our limits end episodes.
@@ -142,6 +171,11 @@ class _RecentResults:
 
 
 _MISSING = object()
+
+
+def _balrog_inventory(letters: np.ndarray, strs: np.ndarray) -> str:
+    return balrog_context(inventory_text(letters, strs))
+
 #: Distinct screens (maps, language observations) remembered per env.
 RECENT_SCREENS = 64
 
@@ -163,14 +197,27 @@ class NetHackTextEnvBase(TextEnv):
             :data:`NATIVE_STEP_LIMIT`).
         action_names: the action names offered, in order (each must be in ``env.actions``).
         max_steps, format_penalty: see :class:`~verlog.envs.base.TextEnv`.
+        text_style: one of :data:`TEXT_STYLES`.
 
     Attributes:
         nle: the raw NLE/MiniHack env.
         more_presses: MORE presses made automatically during the last reset/step.
     """
 
-    def __init__(self, env: NLE, action_names: Sequence[str], *, max_steps: int | None, format_penalty: float) -> None:
+    def __init__(
+        self,
+        env: NLE,
+        action_names: Sequence[str],
+        *,
+        max_steps: int | None,
+        format_penalty: float,
+        text_style: str = "balrog",
+    ) -> None:
+        if text_style not in TEXT_STYLES:
+            raise ValueError(f"text_style must be one of {TEXT_STYLES}, got {text_style!r}")
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
+        self.text_style = text_style
+        self._balrog = text_style == "balrog"
         if env._max_episode_steps < NATIVE_STEP_LIMIT:
             raise ValueError(
                 f"the NLE env's own step limit ({env._max_episode_steps}) would end episodes before the text "
@@ -203,12 +250,14 @@ class NetHackTextEnvBase(TextEnv):
 
     @property
     def context(self) -> str:
-        """The inventory (:func:`render_inventory`); ``""`` before the first reset."""
+        """The inventory (BALROG's short-term context, or :func:`render_inventory` when tidy); ``""``
+        before the first reset."""
         obs = self._obs
         if obs is None:
             return ""
         letters, strs = obs["inv_letters"], obs["inv_strs"]
-        return self._inventories.get((letters.tobytes(), strs.tobytes()), render_inventory, letters, strs)
+        render = _balrog_inventory if self._balrog else render_inventory
+        return self._inventories.get((letters.tobytes(), strs.tobytes()), render, letters, strs)
 
     @property
     def message(self) -> str:
@@ -275,6 +324,11 @@ class NetHackTextEnvBase(TextEnv):
         obs = self._obs
         glyphs, blstats, tty = obs["glyphs"], obs["blstats"], obs["tty_chars"]
         x, y = int(blstats[nethack.NLE_BL_X]), int(blstats[nethack.NLE_BL_Y])
+        if self._balrog:
+            row, col = (int(v) for v in obs["tty_cursor"])
+            description = self._descriptions.get((glyphs.tobytes(), x, y), describe_glyphs, glyphs, x, y)
+            cursor = cursor_text(glyphs, x, y, row, col)
+            return balrog_observation(self._message, description, cursor, (row, col), tty)
         # A finished game has zero blstats (x = 0, a column no running game puts the agent in), so
         # its key never equals a running game's.
         description, cursor = self._descriptions.get((glyphs.tobytes(), x, y), self._describe, glyphs, x, y)
@@ -288,20 +342,46 @@ class NetHackTextEnvBase(TextEnv):
             return describe_surroundings(glyphs, x, y), cursor_line(glyphs, x, y)
         return [], "The game is over."  # the map is gone and blstats are zero
 
+    def _balrog_more(self, obs: dict, done: bool, truncated: bool, info: dict) -> tuple[dict, float, bool, bool, dict]:
+        """BALROG's ``--More--`` skipping after a step (:func:`join_more`); sets the message."""
+        message = screen_message(obs["tty_chars"])
+        reward = 0.0
+        presses = 0
+        while "--More--" in message and not (done or truncated) and self._more_index is not None:
+            if presses >= MAX_MORE_PRESSES:
+                break
+            obs, step_reward, done, truncated, info = self.nle.step(self._more_index)
+            message = join_more(message, screen_message(obs["tty_chars"]))
+            reward += float(step_reward)
+            presses += 1
+        self.more_presses = presses
+        self._obs = obs
+        self._message = message
+        return obs, reward, done, truncated, info
+
     def _reset_game(self, seed: int | None) -> tuple[str, dict[str, Any]]:
         core, disp = (int(v) for v in self.np_random.integers(0, 2**62, size=2))
         self._seed_game(core, disp)
         obs, info = self.nle.reset()
-        obs, _, done, truncated, info, parts = self._skip_more(obs, False, False, info)
-        self._set_obs(obs, parts)
+        if self._balrog:  # BALROG leaves a --More-- of the first screen to the agent
+            done = truncated = False
+            self.more_presses = 0
+            self._obs = obs
+            self._message = screen_message(obs["tty_chars"])
+        else:
+            obs, _, done, truncated, info, parts = self._skip_more(obs, False, False, info)
+            self._set_obs(obs, parts)
         self._on_observation(True, 0.0, done, int(info["end_status"]))
         return self._render(), self._extra_info()
 
     def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         obs, reward, done, truncated, info = self.nle.step(self._action_index[action])
-        obs, more_reward, done, truncated, info, parts = self._skip_more(obs, done, truncated, info)
+        if self._balrog:
+            obs, more_reward, done, truncated, info = self._balrog_more(obs, done, truncated, info)
+        else:
+            obs, more_reward, done, truncated, info, parts = self._skip_more(obs, done, truncated, info)
+            self._set_obs(obs, parts)
         reward = float(reward) + more_reward
-        self._set_obs(obs, parts)
         terminated = bool(done) and not truncated
         self._on_observation(False, reward, bool(done), int(info["end_status"]))
         return self._render(), reward, terminated, bool(truncated), self._extra_info()

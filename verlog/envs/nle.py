@@ -1,8 +1,9 @@
 """NetHack (NLE's ``NetHackChallenge-v0``) as a :class:`~verlog.envs.base.TextEnv`, in BALROG's conventions.
 
-Registered as ``nle/NetHackChallenge`` (alias ``nle/default``). Observations and the context
-(inventory) follow :mod:`verlog.envs.nethack_text` (message, language observation, cursor line,
-terminal map; ``--More--`` dismissed automatically, as BALROG's ``skip_more: True``).
+Registered as ``nle/NetHackChallenge`` (alias ``nle/default``). Observations and the context (inventory)
+are, by default, BALROG's text byte for byte (:mod:`verlog.envs.nethack_balrog_text`: message, language
+observation, cursor, terminal map; ``--More--`` dismissed automatically after each step, as BALROG's
+``skip_more: True``); ``text_style="tidy"`` gives Verlog's own (:mod:`verlog.envs.nethack_text`).
 
 Actions (:data:`NLE_ACTION_NAMES`, 152 strings):
 
@@ -58,7 +59,7 @@ from verlog.envs.nethack_actions import (
     MOVE_ACTIONS,
     NAMED_ACTIONS,
 )
-from verlog.envs.nethack_text import NATIVE_STEP_LIMIT, NetHackTextEnvBase, make_nle_env
+from verlog.envs.nethack_text import NATIVE_STEP_LIMIT, SURROUNDINGS_HELP, NetHackTextEnvBase, make_nle_env
 from verlog.envs.options import instruction_builder
 from verlog.envs.parsing import after_last_marker, extract_action
 from verlog.envs.registry import register
@@ -135,14 +136,14 @@ def _action_lines() -> str:
     return "\n".join(lines)
 
 
-def build_instruction() -> str:
-    """The full system prompt for NetHack (our words, BALROG's content: actions with glosses, tips)."""
+def build_instruction(text_style: str = "balrog") -> str:
+    """The full system prompt for NetHack (our words, BALROG's content: actions with glosses, tips);
+    ``text_style`` is the observation text it explains (a key of :data:`SURROUNDINGS_HELP`)."""
     return (
         "You are an agent playing NetHack, a dungeon exploration game. Your goal is to get as far as "
         "possible in the game: go down to deeper dungeon levels and gain experience levels, and stay "
         "alive.\n\n"
-        "Each turn you get the game message, a list of what is around you with its direction and distance "
-        'in steps (e.g. "staircase down 3 steps northwest"; north is up the map), your position, and the '
+        f"Each turn you get the game message, {SURROUNDINGS_HELP[text_style]}, and the "
         "screen as text: @ is you, letters are monsters, > and < are staircases, . floor, # corridors, "
         "| and - walls, + doors or spellbooks; the two last lines are your status (Dlvl is the dungeon "
         "level, HP your hit points, Xp your experience level). Your inventory is shown with the current "
@@ -197,6 +198,8 @@ class NLETextEnv(NetHackTextEnvBase):
             (``None`` disables it); BALROG's 150 by default.
         env_kwargs: extra NetHackChallenge constructor arguments over BALROG's (e.g.
             ``{"character": "val-hum-neu-fem"}``).
+        text_style: ``"balrog"`` (BALROG's text, :mod:`verlog.envs.nethack_balrog_text`) or ``"tidy"``
+            (Verlog's own, :mod:`verlog.envs.nethack_text`).
 
     Raises:
         ValueError / TypeError: bad arguments.
@@ -210,6 +213,7 @@ class NLETextEnv(NetHackTextEnvBase):
         instruction_style: str = "full",
         stuck_limit: int | None = STUCK_LIMIT,
         env_kwargs: Mapping[str, Any] | None = None,
+        text_style: str = "balrog",
     ) -> None:
         build_prompt = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         if stuck_limit is not None:
@@ -238,11 +242,13 @@ class NLETextEnv(NetHackTextEnvBase):
             NLE_ACTION_NAMES,
             max_steps=NLE_MAX_STEPS if max_steps is None else max_steps,
             format_penalty=format_penalty,
+            text_style=text_style,
         )
         self.env_id = "NetHackChallenge-v0"
         self.env_kwargs = kwargs
         self.stuck_limit = stuck_limit
-        self._instruction = build_prompt()  # the same for every episode
+        # the same for every episode
+        self._instruction = build_prompt(text_style) if build_prompt is build_instruction else build_prompt()
         # For parsing: letters once (lower case), the case is recovered from the reply.
         self._parse_set = NLE_NAMED_ACTIONS + LETTER_ACTIONS[:26] + DIGIT_ACTIONS
         self._stuck_steps = 0
