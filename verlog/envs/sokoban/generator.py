@@ -20,7 +20,8 @@ appendix), which the peers' Sokoban environments (RAGEN, verl-agent) also use.
    generation starts again from step 1 with the same RNG, as gym-sokoban's reset does.
 
 Every pull is reversible by a push, so the reversed, mirrored path of reverse moves solves the room
-(:attr:`GeneratedRoom.solution`); it is not always the shortest solution.
+(:attr:`GeneratedRoom.solution`, cut where the last box reaches its target); it is not always the
+shortest solution.
 
 Everything random comes from the caller's :class:`numpy.random.Generator`, so a seed gives one room.
 """
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verlog.envs.sokoban.game import MOVES, Cell, Layout, State
+from verlog.envs.sokoban.game import MOVES, Cell, Layout, State, move
 
 __all__ = ["GeneratedRoom", "carve_topology", "generate_room", "reverse_play", "walk_steps_for"]
 
@@ -145,6 +146,21 @@ def reverse_play(layout: Layout, solved: State, *, max_depth: int = 300,
     return best[0], best[1], best[2]
 
 
+def _solving_prefix(layout: Layout, start: State, moves: list[str]) -> tuple[str, ...]:
+    """``moves`` up to the first one after which every box is on a target (the rest only walks the
+    player back to where the reverse play began).
+
+    Raises:
+        RuntimeError: the moves never solve the room (a bug of the reverse play).
+    """
+    goal, state = frozenset(layout.targets), start
+    for n, name in enumerate(moves, 1):
+        state, _ = move(layout, state, name)
+        if state.boxes == goal:
+            return tuple(moves[:n])
+    raise RuntimeError("the reversed reverse play does not solve its room")
+
+
 def generate_room(rng: np.random.Generator, height: int, width: int, num_boxes: int, *,
                   walk_steps: int | None = None, p_change_direction: float = 0.35,
                   max_depth: int = 300, max_states: int = 300_000) -> GeneratedRoom:
@@ -178,7 +194,7 @@ def generate_room(rng: np.random.Generator, height: int, width: int, num_boxes: 
         start, score, reverse_moves = reverse_play(layout, State(player, frozenset(targets)),
                                                    max_depth=max_depth, max_states=max_states)
         if score > 0:
-            solution = tuple(_OPPOSITE[m] for m in reversed(reverse_moves))
+            solution = _solving_prefix(layout, start, [_OPPOSITE[m] for m in reversed(reverse_moves)])
             return GeneratedRoom(layout, start, solution, score, generation)
     raise RuntimeError(f"no {height}x{width} Sokoban room with {num_boxes} box(es) could be generated in "
                        f"{MAX_GENERATIONS} tries")
