@@ -302,3 +302,14 @@ def test_registry_catalog_instructions_and_constructor_checks():
         SokobanTextEnv(3, 3, 1)
     with pytest.raises(RuntimeError, match="reset"):
         make_env("sokoban/6x6_1box").describe()
+
+
+def test_config_checks_accept_sokoban_with_gigpo_and_suggest_a_misspelt_size():
+    from verlog.config import ConfigError, load_recipe
+    from verlog.preflight import check_buildable, check_state_keys
+
+    cfg = load_recipe("tiny", ["env.task=sokoban/6x6_1box", "algorithm=gigpo", "algo.group_size=2"])
+    check_buildable(cfg)
+    check_state_keys(cfg)  # builds the env and reads its state key
+    with pytest.raises(ConfigError, match="did you mean 'sokoban/6x6_1box'"):
+        check_buildable(load_recipe("tiny", ["env.task=sokoban/6x6_1bx"]))
