@@ -229,7 +229,8 @@ def test_text_of_one_seed_is_the_golden_text():
     obs, info = env.reset(seed=0)
     assert obs == GOLDEN_FIRST_OBSERVATION
     assert info["valid_actions"] == ["up", "down", "left", "right"] and info["boxes_on_target"] == 0
-    obs, reward, terminated, truncated, info = env.step("ACTION: left")
+    obs, reward, terminated, truncated, info = env.step("The box is left of me. **Action**: Left")  # shared parser
+    assert info["action"] == "left" and info["action_valid"]
     assert obs.splitlines()[5] == "# # * P _ #" and terminated and reward == pytest.approx(10.9)
 
 
