@@ -55,6 +55,9 @@ ENV_TASKS: dict[str, tuple[str, ...]] = {
     "textworld": (
         'coin_collector', 'the_cooking_game', 'treasure_hunter',
     ),
+    "sokoban": (
+        '6x6_1box', '6x6_2box', '8x8_2box',
+    ),
 }
 
 

@@ -27,6 +27,7 @@ FAMILIES: dict[str, str] = {
     "minihack": "verlog.envs.minihack",
     "nle": "verlog.envs.nle",
     "textworld": "verlog.envs.textworld",
+    "sokoban": "verlog.envs.sokoban",
 }
 
 
