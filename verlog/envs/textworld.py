@@ -16,11 +16,13 @@ Observations are the game's own text. ``text_style`` (config ``env.text_style``)
   objective from the first observation, and it also empties the reply to ``goal`` (only the status
   line is left), so the full instruction states the objective instead. The Z-machine status line
   ``>`` + ~128 spaces + ``-= Room =-score/moves`` stays as the game pads it. TextWorld is asked for
-  BALROG's infos, room description included: tracking the description changes the game's blank
-  lines (one newline fewer before the status line after most moves).
+  BALROG's infos (:data:`BALROG_INFOS`, the room description included). What TextWorld is asked for
+  changes the game's blank lines (it makes the game print the description, or each action in
+  brackets for the admissible commands, and cuts that out again), so the admissible commands come
+  from a second interpreter of the same game, fed the same commands (:data:`TRACKING_INFOS`).
 * ``"tidy"`` is Verlog's earlier, shorter wording: the objective is cut from the first observation
   only, so ``goal`` shows it; runs of spaces inside a line are collapsed to one
-  (:func:`clean_feedback`, :func:`first_observation`); the description is not tracked.
+  (:func:`clean_feedback`, :func:`first_observation`); one interpreter (:data:`REQUEST_INFOS`).
 
 Actions are free text (``actions_are_closed = False``): :func:`parse_command` takes the command from the
 reply, and any command is sent to the game (which answers e.g. "That's not a verb I recognise."). The
@@ -33,7 +35,7 @@ reaches because it accepts every string; ``look`` re-describes the room, which h
 Reward: TextWorld reports the CUMULATIVE score after each command; the reward of a step is the score
 difference (so the rewards of an episode sum to its final score). Progression = ``max(score /
 max_score, 1 if won)`` at the current step (BALROG computes it at the end). ``terminated`` = won or
-lost; ``truncated`` = BALROG's 80-step limit. The short-term context is empty (as in BALROG).
+lost; ``truncated`` = BALROG's 80-step limit (BALROG reports it as terminated). The short-term context is empty (as in BALROG).
 """
 
 from __future__ import annotations
