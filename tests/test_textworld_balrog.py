@@ -111,3 +111,21 @@ def test_text_style_config_key_reaches_textworld():
     assert cfg.env.env_kwargs()["text_style"] == "tidy"
     assert make_env(cfg.env.task, **cfg.env.env_kwargs()).text_style == "tidy"
     assert make_env("textworld/coin_collector").text_style == "balrog"
+
+
+def test_tidy_style_differs_in_whitespace_and_goal_only(textworld_cache):
+    """The tidy text has the same words except in replies to goal, which keep the objective; the same
+    admissible commands, rewards and end flags."""
+    episode = next(ep for ep in EPISODES if ep["task"] == "the_cooking_game" and "goal" in ep["actions"])
+    envs = [_env(textworld_cache, episode, text_style=style) for style in ("balrog", "tidy")]
+    firsts = [env.reset(seed=episode["game_index"]) for env in envs]
+    assert firsts[0][1]["valid_actions"] == firsts[1][1]["valid_actions"]
+    objective = envs[1].objective.split()
+    for action in episode["actions"]:
+        (text, *rest, info), (tidy_text, *tidy_rest, tidy_info) = (env.step(f"ACTION: {action}") for env in envs)
+        assert rest == tidy_rest and info["valid_actions"] == tidy_info["valid_actions"]
+        assert "  " not in tidy_text
+        if action == "goal":
+            assert STATUS_LINE.fullmatch(text) and tidy_text.split() == objective + text.split()
+        else:
+            assert tidy_text.split() == text.split()
