@@ -1,6 +1,6 @@
 """Steps per second of TextWorld's bare gym env versus our text env, on the same commands.
 
-    python benchmarks/bench_env_textworld.py [--steps 2000 --seed 0 --tasks treasure_hunter,... --cache DIR]
+    python benchmarks/bench_env_textworld.py [--steps 2000 --seed 0 --tasks treasure_hunter,... --cache DIR --text-style tidy]
 
 For each task it takes game 0 of the task's pool (generated into the cache first if missing; the
 generation time of that game, from its ``.meta.json``, is printed too), then:
@@ -8,11 +8,13 @@ generation time of that game, from its ``.meta.json``, is printed too), then:
 1. **record** (untimed): plays ``--steps`` seeded random commands on the bare env: 90% one of the
    current admissible commands, 10% one of ``look``, ``goal``, ``inventory``, ``dance`` (free text the
    game does not know); an episode restarts when the game is won or lost or after 80 steps.
-2. **bare**: ``textworld.gym.register_game(game, REQUEST_INFOS, max_episode_steps=80)`` (the same
-   ``EnvInfos`` as our env asks for) and ``textworld.gym.make``; replays the recorded commands with
+2. **bare**: ``textworld.gym.register_game(game, REQUEST_INFOS, max_episode_steps=80)`` (the
+   ``EnvInfos`` of our env's ``tidy`` text style; the default ``balrog`` style plays each game in two
+   interpreters, see :mod:`verlog.envs.textworld`) and ``textworld.gym.make``; replays the recorded commands with
    ``env.step(command)`` and ``env.reset()`` at the recorded episode ends (TextWorld's gym env reloads
    the game file at every reset).
-3. **wrapped**: ``make_env("textworld/<task>", num_games=1)``; replays the same commands as the
+3. **wrapped**: ``make_env("textworld/<task>", num_games=1, text_style=...)`` (``--text-style``, default
+   ``tidy``: the same interpreter work as the bare env); replays the same commands as the
    replies ``"ACTION: <command>"`` (parsed, executed, the observation cleaned, the score differenced,
    the info dict built) and ``reset(seed=0)`` at the same points (the loaded game is reused).
 
@@ -88,9 +90,10 @@ def run_bare(game: Path, commands: list[str | None]) -> tuple[float, float, int]
     return step_s, reset_s, resets
 
 
-def run_wrapped(task: str, cache: Path | None, commands: list[str | None]) -> tuple[float, float, int]:
+def run_wrapped(task: str, cache: Path | None, commands: list[str | None], text_style: str = "tidy",
+                ) -> tuple[float, float, int]:
     """Returns (seconds in step, seconds in reset, number of resets after the first)."""
-    env = make_env(f"textworld/{task}", num_games=1, cache_dir=cache)
+    env = make_env(f"textworld/{task}", num_games=1, cache_dir=cache, text_style=text_style)
     env.reset(seed=0)  # untimed (loads the game)
     replies = [None if c is RESET else f"ACTION: {c}" for c in commands]
     step_s = reset_s = 0.0
@@ -115,6 +118,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the command sequence")
     parser.add_argument("--tasks", default=",".join(TEXTWORLD_TASKS), help="comma-separated task names")
     parser.add_argument("--cache", type=Path, default=None, help="game cache (default: the env's default)")
+    parser.add_argument("--text-style", default="tidy", choices=("tidy", "balrog"),
+                        help="the text env's text_style (balrog: two interpreters per game)")
     args = parser.parse_args()
     warnings.simplefilter("ignore", UnsupportedGameWarning)
 
@@ -128,7 +133,7 @@ def main() -> None:
         commands = record(game, args.steps, args.seed)
         n_steps = sum(c is not RESET for c in commands)
         b_step, b_reset, b_resets = run_bare(game, commands)
-        w_step, w_reset, w_resets = run_wrapped(task, args.cache, commands)
+        w_step, w_reset, w_resets = run_wrapped(task, args.cache, commands, args.text_style)
         assert b_resets == w_resets
         bare_sps, wrapped_sps = n_steps / b_step, n_steps / w_step
         print(

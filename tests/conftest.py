@@ -63,3 +63,30 @@ def smollm2_dir(tmp_path_factory):
     from verlog.model_sources import resolve_model
 
     return Path(resolve_model("smollm2-135m-instruct", tmp_path_factory.mktemp("model_cache")))
+
+
+@pytest.fixture(scope="session")
+def textworld_cache(tmp_path_factory):
+    """A TextWorld game cache holding :data:`helpers.TEXTWORLD_PREMADE` at
+    :data:`helpers.TEXTWORLD_FAST_SETTINGS`, generated once per session with HOME and TMPDIR pointed at
+    empty folders (generation must write nothing there)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from helpers import TEXTWORLD_FAST_SETTINGS, TEXTWORLD_PREMADE
+    from verlog.envs.textworld_games import ensure_game, resolve_spec
+
+    root = tmp_path_factory.mktemp("tw")
+    home, tmp = root / "home", root / "tmp"
+    home.mkdir()
+    tmp.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.setenv("TMPDIR", str(tmp))
+        with ThreadPoolExecutor(2) as pool:  # two generator processes at a time
+            jobs = [pool.submit(ensure_game, resolve_spec(task, TEXTWORLD_FAST_SETTINGS[task]), index, root / "cache")
+                    for task, index in TEXTWORLD_PREMADE]
+            for job in jobs:
+                job.result()
+    assert list(home.iterdir()) == [], "generation wrote into HOME"
+    assert list(tmp.iterdir()) == [], "generation wrote into TMPDIR"
+    return root / "cache"

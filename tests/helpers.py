@@ -235,3 +235,11 @@ def cli_error_line(main: Any, argv: list[str], capsys: Any) -> str:
     assert len(lines) == 1, err
     assert lines[0].startswith("error: ") and "Traceback" not in err, err
     return lines[0]
+
+
+#: TextWorld settings that keep the tests fast: treasure hunter at level 5 (1-2 s per game; its default
+#: level 25 takes 5-12 s), the cooking and coin games at their defaults (BALROG's settings).
+TEXTWORLD_FAST_SETTINGS: dict[str, Any] = {"treasure_hunter": {"level": 5}, "the_cooking_game": None,
+                                           "coin_collector": None}
+#: The games the session's TextWorld cache holds (``textworld_cache`` in conftest.py): (task, index).
+TEXTWORLD_PREMADE = [("treasure_hunter", 0), ("treasure_hunter", 1), ("the_cooking_game", 0), ("coin_collector", 0)]

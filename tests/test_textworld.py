@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import re
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers import TEXTWORLD_FAST_SETTINGS
 
 from verlog.envs import make_env
 from verlog.envs.base import INFO_KEYS, invalid_action_notice
@@ -23,6 +24,7 @@ from verlog.envs.registry import is_registered
 from verlog.envs.textworld import (
     MAX_COMMAND_BYTES,
     TextWorldTextEnv,
+    balrog_observation,
     clean_feedback,
     first_observation,
     parse_command,
@@ -30,28 +32,13 @@ from verlog.envs.textworld import (
 from verlog.envs.textworld_games import ensure_game, game_paths, game_seed, resolve_spec
 
 TASKS = ("treasure_hunter", "the_cooking_game", "coin_collector")
-FAST_SETTINGS = {"treasure_hunter": {"level": 5}, "the_cooking_game": None, "coin_collector": None}
-#: Games made by the session fixture: (task, index).
-PREMADE = [("treasure_hunter", 0), ("treasure_hunter", 1), ("the_cooking_game", 0), ("coin_collector", 0)]
+FAST_SETTINGS = TEXTWORLD_FAST_SETTINGS
 
 
 @pytest.fixture(scope="session")
-def cache(tmp_path_factory) -> Path:
-    """A game cache holding PREMADE, generated with HOME and TMPDIR pointed at empty folders."""
-    root = tmp_path_factory.mktemp("tw")
-    home, tmp = root / "home", root / "tmp"
-    home.mkdir()
-    tmp.mkdir()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HOME", str(home))
-        patch.setenv("TMPDIR", str(tmp))
-        with ThreadPoolExecutor(2) as pool:  # two generator processes at a time
-            jobs = [pool.submit(ensure_game, resolve_spec(t, FAST_SETTINGS[t]), i, root / "cache") for t, i in PREMADE]
-            for job in jobs:
-                job.result()
-    assert list(home.iterdir()) == [], "generation wrote into HOME"
-    assert list(tmp.iterdir()) == [], "generation wrote into TMPDIR"
-    return root / "cache"
+def cache(textworld_cache) -> Path:
+    """The session's game cache (see ``textworld_cache`` in conftest.py)."""
+    return textworld_cache
 
 
 def _env(cache: Path, task: str, **kwargs) -> TextWorldTextEnv:
@@ -103,6 +90,16 @@ def test_clean_feedback_and_first_observation():
     assert first_observation("-= Room =-\nA room.", "Not there.") == "-= Room =-\nA room."
 
 
+def test_balrog_observation_cuts_after_the_last_objective_and_keeps_inner_spaces():
+    pad = ">" + " " * 120
+    raw = "\n\n  banner  \nWelcome! Find the key.\n\n-= Room =-\nA room.\n\n" + pad + "-= Room =-0/1\n"
+    assert balrog_observation(raw, "Welcome! Find the key.") == "-= Room =-\nA room.\n\n" + pad + "-= Room =-0/1"
+    goal = "\nWelcome! Find the key.\n\n" + pad + "-= Room =-0/2"  # the reply to `goal` repeats the objective
+    assert balrog_observation(goal, "Welcome! Find the key.") == pad + "-= Room =-0/2"
+    assert balrog_observation("a X b X c ", "X") == "c"
+    assert balrog_observation("\n-= Room =-\n", "Not there.") == balrog_observation("\n-= Room =-\n", "") == "-= Room =-"
+
+
 # ----------------------------------------------------------------------------- registry and arguments
 def test_tasks_are_registered_and_construction_is_lazy(tmp_path):
     assert all(is_registered(f"textworld/{task}") for task in TASKS)
@@ -130,6 +127,7 @@ def test_tasks_are_registered_and_construction_is_lazy(tmp_path):
         ({"max_steps": 0}, ValueError, "max_steps"),
         ({"cache_dir": 3}, TypeError, "cache_dir"),
         ({"generation_timeout": 0}, ValueError, "generation_timeout"),
+        ({"text_style": "pretty"}, ValueError, "text_style"),
     ],
 )
 def test_bad_arguments_are_rejected(kwargs, error, match):
@@ -240,20 +238,34 @@ def test_cooking_progression_counts_points_and_loss_terminates(cache):
     assert info["progression"] == before
 
 
-def test_objective_is_cut_from_first_observation_and_goal_shows_it(cache):
-    env = _env(cache, "coin_collector")
+def test_tidy_style_cuts_the_objective_from_the_first_observation_only_so_goal_shows_it(cache):
+    env = _env(cache, "coin_collector", text_style="tidy")
     obs, info = env.reset(seed=0)
     objective = env.objective
     assert objective and objective not in obs
     assert obs.startswith("-= ") and "TextWorld" not in obs  # banner cut too; room header first
-    assert obs.splitlines()[-1].startswith("> -= ")  # the status line stays (BALROG's games show it)
-    assert objective not in info["instruction"]  # BALROG's full prompt leaves the objective to `goal`
+    assert obs.splitlines()[-1].startswith("> -= ")  # the status line stays, its padding collapsed
+    assert objective not in info["instruction"] and "- goal: " in info["instruction"]  # left to `goal`
     goal_obs, reward, *_ = env.step("ACTION: goal")
     assert objective in goal_obs and reward == 0.0
     brief = _env(cache, "coin_collector", instruction_style="brief")
     _, info = brief.reset(seed=0)
     assert objective.strip() in info["instruction"] and "ACTION: <command>" in info["instruction"]
     assert len(info["instruction"]) < 600
+
+
+def test_balrog_style_cuts_the_objective_from_every_reply_so_the_instruction_states_it(cache):
+    env = _env(cache, "coin_collector")
+    assert env.text_style == "balrog"
+    obs, info = env.reset(seed=0)
+    objective = env.objective
+    assert objective and objective not in obs and obs.startswith("-= ") and "TextWorld" not in obs
+    assert re.fullmatch(r">  +-= [^=]+ =-0/1", obs.splitlines()[-1])  # the status line as the game pads it
+    assert " ".join(objective.split()) in info["instruction"] and "- goal: " not in info["instruction"]
+    goal_obs, reward, *_ = env.step("ACTION: goal")
+    assert re.fullmatch(r">  +-= [^=]+ =-0/2", goal_obs) and reward == 0.0  # BALROG's cut leaves the status line
+    look_obs, *_ = env.step("ACTION: look")
+    assert look_obs.startswith("-= ") and objective not in look_obs
 
 
 def test_free_text_is_executed_and_invalid_replies_run_look(cache):
@@ -276,7 +288,7 @@ def test_free_text_is_executed_and_invalid_replies_run_look(cache):
 
 
 def _without_status(obs: str) -> list[str]:
-    return [line for line in obs.splitlines() if not line.startswith("> -= ")]
+    return [line for line in obs.splitlines() if not line.startswith(">")]
 
 
 def test_step_limit_truncates(cache):

@@ -84,7 +84,7 @@ ALGORITHM_TRAITS: dict[str, AlgorithmTraits] = {
 }
 
 #: the families whose environments also offer ``env.text_style=tidy`` (the others have BALROG's text only)
-TIDY_TEXT_FAMILIES: tuple[str, ...] = ("babyai", "crafter", "minihack", "nle")
+TIDY_TEXT_FAMILIES: tuple[str, ...] = ("babyai", "crafter", "minihack", "nle", "textworld")
 
 #: the tool tasks of :data:`verlog.agent.tasks.AGENT_TASKS` (``agent.task``)
 AGENT_TASK_NAMES: tuple[str, ...] = ("calculator",)

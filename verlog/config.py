@@ -94,8 +94,8 @@ class EnvConfig:
     max_steps: Optional[int] = _f(None, "episode step limit (None: BALROG's limit for the task)")
     instruction_style: str = _f("full", "system prompt: full (BALROG's) or brief (mission + actions; for tiny models)")
     text_style: str = _f("balrog", "observation text: balrog (byte for byte what BALROG's wrapper writes, its quirks "
-                         "included) or tidy (Verlog's own wording; babyai/*, crafter/*, minihack/* and nle/* have it, other "
-                         "environments have BALROG's text only and ignore the key)")
+                         "included) or tidy (Verlog's own wording; babyai/*, crafter/*, minihack/*, nle/* and textworld/* "
+                         "have it, other environments have BALROG's text only and ignore the key)")
     step_timeout_s: Optional[float] = _f(
         60.0, "seconds one env step/reset may take; a slower env is treated as hung, restarted and its "
         "episode truncated (None: no limit)")

@@ -7,15 +7,22 @@ layout and generation times are documented there). ``reset(seed=s)`` plays game 
 ``reset()`` without a seed draws the game from the env's own RNG. A game is deterministic, so the
 episode is a function of the game and the commands.
 
-Observations are the game's own text (BALROG's conventions):
+Observations are the game's own text. ``text_style`` (config ``env.text_style``) picks the wording:
 
-* the first observation is the text after the game's objective, i.e. the objective sentence and the
-  TextWorld banner before it are cut out (as BALROG does); the agent types ``goal`` to read the
-  objective. BALROG cuts the objective out of every later observation too, which leaves the reply to
-  ``goal`` empty; we cut it from the first observation only, so ``goal`` works.
-* every observation is the game's reply with surrounding whitespace removed and runs of spaces inside
-  a line collapsed to one (the Z-machine pads its status line ``> -= Room =-score/moves`` with ~120
-  spaces); nothing else is changed, so the ``-= Room =-`` headers and the status line stay.
+* ``"balrog"`` (the default) is byte for byte the text BALROG's TextWorld wrapper gives its agent
+  (checked against BALROG's own output in ``tests/test_textworld_balrog.py``), quirks included: every
+  observation is the game's reply cut after the last occurrence of the game's objective and stripped
+  of surrounding whitespace (:func:`balrog_observation`). This drops the TextWorld banner and the
+  objective from the first observation, and it also empties the reply to ``goal`` (only the status
+  line is left), so the full instruction states the objective instead. The Z-machine status line
+  ``>`` + ~128 spaces + ``-= Room =-score/moves`` stays as the game pads it. TextWorld is asked for
+  BALROG's infos (:data:`BALROG_INFOS`, the room description included). What TextWorld is asked for
+  changes the game's blank lines (it makes the game print the description, or each action in
+  brackets for the admissible commands, and cuts that out again), so the admissible commands come
+  from a second interpreter of the same game, fed the same commands (:data:`TRACKING_INFOS`).
+* ``"tidy"`` is Verlog's earlier, shorter wording: the objective is cut from the first observation
+  only, so ``goal`` shows it; runs of spaces inside a line are collapsed to one
+  (:func:`clean_feedback`, :func:`first_observation`); one interpreter (:data:`REQUEST_INFOS`).
 
 Actions are free text (``actions_are_closed = False``): :func:`parse_command` takes the command from the
 reply, and any command is sent to the game (which answers e.g. "That's not a verb I recognise."). The
@@ -28,7 +35,7 @@ reaches because it accepts every string; ``look`` re-describes the room, which h
 Reward: TextWorld reports the CUMULATIVE score after each command; the reward of a step is the score
 difference (so the rewards of an episode sum to its final score). Progression = ``max(score /
 max_score, 1 if won)`` at the current step (BALROG computes it at the end). ``terminated`` = won or
-lost; ``truncated`` = BALROG's 80-step limit. The short-term context is empty (as in BALROG).
+lost; ``truncated`` = BALROG's 80-step limit (BALROG reports it as terminated). The short-term context is empty (as in BALROG).
 """
 
 from __future__ import annotations
@@ -52,12 +59,16 @@ from verlog.envs.textworld_games import GameSpec, default_cache_dir, ensure_game
 from verlog.envs.textworld_prompts import INSTRUCTION_STYLES, build_brief_instruction, build_instruction
 
 __all__ = [
+    "BALROG_INFOS",
     "DEFAULT_ACTION",
     "MAX_COMMAND_BYTES",
     "META_COMMANDS",
     "REQUEST_INFOS",
     "TEXTWORLD_TASKS",
+    "TEXT_STYLES",
+    "TRACKING_INFOS",
     "TextWorldTextEnv",
+    "balrog_observation",
     "clean_feedback",
     "first_observation",
     "make_textworld",
@@ -75,7 +86,9 @@ MAX_COMMAND_BYTES = 198
 META_COMMANDS: frozenset[str] = frozenset(
     {"quit", "q", "restart", "restore", "save", "undo", "script", "transcript", "unscript", "noscript"}
 )
-#: What we ask TextWorld for (the benchmark asks the bare env for the same).
+#: What the ``tidy`` style asks TextWorld for (Verlog's earlier request; the benchmark asks the bare env
+#: for the same). Admissible commands make TextWorld track the game's state: the game then prints its
+#: actions in brackets and TextWorld cuts them out, which leaves extra blank lines in the text.
 REQUEST_INFOS = textworld.EnvInfos(
     admissible_commands=True,
     objective=True,
@@ -85,7 +98,25 @@ REQUEST_INFOS = textworld.EnvInfos(
     lost=True,
     extras=["walkthrough"],
 )
-#: Loaded games kept per env (each holds a Jericho interpreter and the game's logic, 2-4 MB).
+#: What the ``balrog`` style's text interpreter asks for: BALROG's infos (its ``textworld_kwargs``:
+#: objective, description, score, max_score, won) plus lost and the walkthrough, which leave the text
+#: alone. The description does not: the game then prints it in tags every turn and TextWorld cuts them
+#: out, which changes the blank lines too. A second interpreter of the same game, fed the same commands,
+#: tracks the state for the admissible commands (:data:`TRACKING_INFOS`).
+BALROG_INFOS = textworld.EnvInfos(
+    objective=True,
+    description=True,
+    score=True,
+    max_score=True,
+    won=True,
+    lost=True,
+    extras=["walkthrough"],
+)
+#: What the ``balrog`` style's second interpreter asks for.
+TRACKING_INFOS = textworld.EnvInfos(admissible_commands=True)
+#: The observation wordings (see the module docstring) and what their text interpreter asks for.
+TEXT_STYLES: dict[str, Any] = {"balrog": BALROG_INFOS, "tidy": REQUEST_INFOS}
+#: Loaded games kept per env (each holds one or two Jericho interpreters and the game's logic, 2-4 MB each).
 _MAX_LOADED_GAMES = 4
 
 _END_TAG = re.compile(r"<\|end\|>", re.IGNORECASE)
@@ -137,14 +168,61 @@ def clean_feedback(text: str) -> str:
 
 
 def first_observation(feedback: str, objective: str) -> str:
-    """The first observation: the text after the last occurrence of ``objective`` (BALROG's cut).
+    """The ``tidy`` style's first observation: BALROG's cut (:func:`balrog_observation`), then
+    :func:`clean_feedback`.
 
     The banner and the objective sentence are dropped; if the objective does not occur, the whole
-    feedback is kept. The result is cleaned with :func:`clean_feedback`.
+    feedback is kept.
     """
-    if objective and objective in feedback:
-        feedback = feedback.rsplit(objective, 1)[1]
-    return clean_feedback(feedback)
+    return clean_feedback(balrog_observation(feedback, objective))
+
+
+def balrog_observation(feedback: str, objective: str) -> str:
+    """BALROG's observation: the text after the last occurrence of ``objective``, whitespace stripped.
+
+    Applied to every reply, the first one included (BALROG's ``filter_objective``): the reply to
+    ``goal``, which repeats the objective, keeps only what follows it. Spaces inside the text are kept.
+    An empty ``objective`` keeps the whole reply (BALROG's ``str.split`` would raise on it; TextWorld's
+    games always have one).
+    """
+    if objective:
+        feedback = feedback.split(objective)[-1]
+    return feedback.strip()
+
+
+class _LoadedGame:
+    """One game file in one interpreter asking for ``text_infos``, and, when those infos do not include
+    the admissible commands, in a second one asking for :data:`TRACKING_INFOS` that gets the same
+    commands; its admissible commands are put into the first one's states."""
+
+    def __init__(self, path: str, text_infos: Any) -> None:
+        with warnings.catch_warnings():
+            # Our game files are not named tw-*: Jericho calls them "not fully supported" (it then
+            # keeps the status line, as in BALROG); TextWorld reads score and state itself.
+            warnings.simplefilter("ignore", UnsupportedGameWarning)
+            self.text = textworld.start(path, request_infos=text_infos)
+            self.tracker = None
+            if not text_infos.admissible_commands:
+                self.tracker = textworld.start(path, request_infos=TRACKING_INFOS)
+
+    def reset(self) -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnsupportedGameWarning)
+            state = self.text.reset()
+            if self.tracker is not None:
+                state["admissible_commands"] = self.tracker.reset()["admissible_commands"]
+        return state
+
+    def step(self, command: str) -> tuple[Any, Any]:
+        state, score, _ = self.text.step(command)
+        if self.tracker is not None:
+            state["admissible_commands"] = self.tracker.step(command)[0]["admissible_commands"]
+        return state, score
+
+    def close(self) -> None:
+        self.text.close()
+        if self.tracker is not None:
+            self.tracker.close()
 
 
 class TextWorldTextEnv(TextEnv):
@@ -154,13 +232,15 @@ class TextWorldTextEnv(TextEnv):
         task: ``treasure_hunter``, ``the_cooking_game`` or ``coin_collector``.
         max_steps: step limit per episode (BALROG: 80; ``None``: no limit).
         format_penalty: added to the reward of a step whose reply held no valid command (<= 0).
-        instruction_style: ``"full"`` (BALROG's content, objective not included) or ``"brief"``
-            (objective and reply format).
+        instruction_style: ``"full"`` (BALROG's content; the objective is stated in the ``balrog``
+            text style, where ``goal`` cannot show it) or ``"brief"`` (objective and reply format).
         num_games: size of the game pool (BALROG: 25); ``reset(seed=s)`` plays game ``s % num_games``.
         cache_dir: where games are cached (default :func:`~verlog.envs.textworld_games.default_cache_dir`).
         settings: overrides of the task's generation settings (see
             :func:`~verlog.envs.textworld_games.resolve_spec`).
         generation_timeout: seconds allowed to generate one game.
+        text_style: the observation wording, ``"balrog"`` (BALROG's text, byte for byte; the default) or
+            ``"tidy"`` (see the module docstring).
 
     Construction is cheap (no game is made or loaded); the first reset that needs a game generates it
     if it is not in the cache yet (seconds; see :mod:`verlog.envs.textworld_games`).
@@ -182,8 +262,11 @@ class TextWorldTextEnv(TextEnv):
         cache_dir: str | os.PathLike | None = None,
         settings: Mapping[str, Any] | None = None,
         generation_timeout: float = 900.0,
+        text_style: str = "balrog",
     ) -> None:
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
+        if text_style not in TEXT_STYLES:
+            raise ValueError(f"text_style must be one of {list(TEXT_STYLES)}, got {text_style!r}")
         if instruction_style not in INSTRUCTION_STYLES:
             raise ValueError(f"instruction_style must be one of {list(INSTRUCTION_STYLES)}, got {instruction_style!r}")
         if isinstance(num_games, bool) or not isinstance(num_games, int):
@@ -201,10 +284,10 @@ class TextWorldTextEnv(TextEnv):
         self.num_games = num_games
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.instruction_style = instruction_style
+        self.text_style = text_style
         self.generation_timeout = float(generation_timeout)
-        self._full_instruction = build_instruction(task, max_steps)
-        self._loaded: OrderedDict[int, Any] = OrderedDict()  # game index -> textworld Environment
-        self._game: Any = None
+        self._loaded: OrderedDict[int, _LoadedGame] = OrderedDict()  # game index -> its interpreters
+        self._game: _LoadedGame | None = None
         self._game_index: int | None = None
         self._objective = ""
         self._max_score = 0
@@ -273,15 +356,10 @@ class TextWorldTextEnv(TextEnv):
         return ensure_game(self.game_spec, index, self.cache_dir, timeout=self.generation_timeout)
 
     # -------------------------------------------------------------- game
-    def _load(self, index: int) -> Any:
+    def _load(self, index: int) -> _LoadedGame:
         game = self._loaded.pop(index, None)
         if game is None:
-            path = self.game_file(index)
-            with warnings.catch_warnings():
-                # Our game files are not named tw-*: Jericho calls them "not fully supported" (it then
-                # keeps the status line, as in BALROG); TextWorld reads score and state itself.
-                warnings.simplefilter("ignore", UnsupportedGameWarning)
-                game = textworld.start(str(path), request_infos=REQUEST_INFOS)
+            game = _LoadedGame(str(self.game_file(index)), TEXT_STYLES[self.text_style])
             while len(self._loaded) >= _MAX_LOADED_GAMES:
                 _, evicted = self._loaded.popitem(last=False)
                 evicted.close()
@@ -303,9 +381,7 @@ class TextWorldTextEnv(TextEnv):
         else:
             index = seed % self.num_games
         game = self._load(index)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UnsupportedGameWarning)
-            state = game.reset()
+        state = game.reset()
         self._game, self._game_index = game, index
         self._objective = str(state["objective"] or "")
         self._max_score = int(state["max_score"] or 0)
@@ -314,20 +390,27 @@ class TextWorldTextEnv(TextEnv):
         self._admissible = list(state["admissible_commands"] or [])
         self._walkthrough = list(state.get("extra.walkthrough") or [])
         if self.instruction_style == "full":
-            self._instruction = self._full_instruction
+            # BALROG's text cuts the objective out of the reply to `goal`: the instruction states it
+            stated = self._objective if self.text_style == "balrog" else None
+            self._instruction = build_instruction(self.task, self.max_steps, objective=stated)
         else:
             self._instruction = build_brief_instruction(self._objective)
-        return first_observation(state["feedback"], self._objective), self._extra_info()
+        return self._observation(state["feedback"], first=True), self._extra_info()
+
+    def _observation(self, feedback: str, first: bool = False) -> str:
+        if self.text_style == "balrog":
+            return balrog_observation(feedback, self._objective)
+        return first_observation(feedback, self._objective) if first else clean_feedback(feedback)
 
     def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        state, score, _ = self._game.step(action)
+        state, score = self._game.step(action)
         score = int(score or 0)
         reward = float(score - self._score)
         self._score = score
         self._won, self._lost = bool(state["won"]), bool(state["lost"])
         self._admissible = list(state["admissible_commands"] or [])
         terminated = self._won or self._lost
-        return clean_feedback(state["feedback"]), reward, terminated, False, self._extra_info()
+        return self._observation(state["feedback"]), reward, terminated, False, self._extra_info()
 
     def parse_action(self, reply: str) -> str | None:
         """The command of ``reply`` (see :func:`parse_command`); any non-``None`` command is executed."""
@@ -352,6 +435,7 @@ def make_textworld(
     cache_dir: str | os.PathLike | None = None,
     settings: Mapping[str, Any] | None = None,
     generation_timeout: float = 900.0,
+    text_style: str = "balrog",
 ) -> TextWorldTextEnv:
     """Build the TextWorld task ``task`` (a key of :data:`TEXTWORLD_TASKS`).
 
@@ -364,6 +448,7 @@ def make_textworld(
         cache_dir: game cache root (default ``$VERLOG_CACHE/textworld`` or ``<repo>/.cache/verlog/textworld``).
         settings: generation setting overrides (see :mod:`verlog.envs.textworld_games`).
         generation_timeout: seconds allowed to generate one game.
+        text_style: ``"balrog"`` (default) or ``"tidy"`` (see the module docstring).
 
     Raises:
         ValueError: unknown task (the message lists the known ones), or bad arguments.
@@ -378,6 +463,7 @@ def make_textworld(
         cache_dir=cache_dir,
         settings=settings,
         generation_timeout=generation_timeout,
+        text_style=text_style,
     )
 
 

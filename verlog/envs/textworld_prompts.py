@@ -26,12 +26,16 @@ _COOKING_COMMANDS = [
     ("slice / chop / dice <food> with <knife>", "cut food; you must hold both the food and the knife"),
     ("prepare meal", "combine the prepared ingredients into the meal (in the kitchen)"),
 ]
+#: The tip that sends the agent to ``goal`` (only where ``goal`` shows the objective), per task.
+_GOAL_TIPS = {
+    "treasure_hunter": "Type goal first: it names the object to find and where it is.",
+    "coin_collector": "Type goal to see what is asked.",
+}
 _GAME_TEXT = {
     "treasure_hunter": (
         "You are in a randomly generated maze of rooms and must find one particular object and pick it "
         "up. The object may be behind closed or locked doors, or inside closed or locked containers.",
         [
-            "Type goal first: it names the object to find and where it is.",
             "Picking up the wrong object loses the game: take only the object named in the goal, and a "
             "key only when a locked door or container is in your way.",
             "A locked door or container must be unlocked with the matching key in your inventory before "
@@ -57,7 +61,6 @@ _GAME_TEXT = {
         "You are in a chain of rooms, some with dead ends branching off, and must find the coin and "
         "pick it up.",
         [
-            "Type goal to see what is asked.",
             "The rooms are connected by exits north, south, east and west; a dead end means you should "
             "go back and try another exit.",
             "Remember which exits you have already tried, so you do not walk in circles.",
@@ -67,21 +70,29 @@ _GAME_TEXT = {
 }
 
 
-def build_instruction(task: str, max_steps: int | None) -> str:
+def build_instruction(task: str, max_steps: int | None, objective: str | None = None) -> str:
     """BALROG's instruction content for a TextWorld task, in our own words.
 
-    Like BALROG's prompt it does not state the episode's objective (the agent types ``goal``); unlike
-    BALROG's (which claims 40, 80 and 25 steps) it states the real step limit.
+    Without ``objective``, like BALROG's prompt, it does not state the episode's objective and sends the
+    agent to ``goal``. With it (the ``balrog`` text style, whose reply to ``goal`` has the objective cut
+    out, as BALROG's has) it states the objective and does not list ``goal``. Unlike BALROG's prompt
+    (which claims 40, 80 and 25 steps) it states the real step limit.
 
     Args:
         task: a key of :data:`~verlog.envs.textworld.TEXTWORLD_TASKS`.
         max_steps: the episode's step limit (stated in the text; ``None``: no limit, not stated).
+        objective: the episode's objective to state, or ``None``.
 
     Raises:
         ValueError: unknown task.
     """
     intro, tips = task_entry(_GAME_TEXT, task, "TextWorld")
     commands = _COMMON_COMMANDS + (_COOKING_COMMANDS if task == "the_cooking_game" else [])
+    if objective is None:
+        tips = [_GOAL_TIPS[task], *tips] if task in _GOAL_TIPS else tips
+    else:
+        commands = [(name, meaning) for name, meaning in commands if name != "goal"]
+        intro = f"{intro}\n\nThe objective of this game: {' '.join(objective.split())}"
     listing = "\n".join(f"- {name}: {meaning}" for name, meaning in commands)
     if max_steps is not None:
         tips = [*tips, f"You have at most {max_steps} commands."]
