@@ -11,6 +11,8 @@ ARGS ?=
 CKPT ?= runs/$(RECIPE)
 # make test runs the suite on this many worker processes (pytest-xdist), one torch thread each.
 TEST_WORKERS ?= 2
+# what make test runs (a file, or file::test)
+TESTS ?= tests
 STAMP := $(VENV)/.installed
 # Everything run here stays offline and keeps its caches inside the project.
 export HF_HUB_OFFLINE := 1
@@ -44,7 +46,7 @@ eval: $(STAMP)
 # worksteal: an idle worker takes tests queued on a busy one, so the few long training tests do not
 # leave a worker waiting at the end.
 test: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist worksteal $(ARGS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest $(TESTS) -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 # bench_real_model.py (P6, SmolLM2-135M-Instruct) takes too long for this loop: docs/benchmarks.md gives its command.
 bench: $(STAMP)
