@@ -7,7 +7,7 @@ import json
 
 import pytest
 from helpers import COUNT_TASK, cli_error_line
-from test_memory import INSTRUCTION, expected_messages, ids_of, obs, reply, tok  # noqa: F401 (tok: fixture)
+from test_memory import INSTRUCTION, chatml_tokenizer, expected_messages, ids_of, obs, reply
 
 from verlog.builders import memory_factory
 from verlog.cli import train_main
@@ -18,6 +18,11 @@ from verlog.memory import (MEMORY_TYPES, FullMemory, Memory, NoMemory, PromptSta
                            WindowMemory, memory_class)
 from verlog.preflight import check_buildable
 from verlog.rollout.runner import Slot, env_step
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return chatml_tokenizer()
 
 
 def play(mem, n, outcomes=None):
@@ -168,6 +173,10 @@ def test_summary_trims_lines_oldest_first_under_the_budget(tok):
     assert len(ids) <= small.max_prompt_tokens and stats.trimmed_turns > 0
     kept = 10 - stats.trimmed_turns
     assert f"Last {kept} turns:" in text and "turn 10:" in text and "turn 1:" not in text
+    # a budget with room for no summary at all drops the header too, as one more item
+    bare = SummaryMemory(tok, summary_turns=10, max_prompt_tokens=len(ids_of(tok, expected_messages([], obs(10)))))
+    play(bare, 10, _outcome)
+    assert bare.render_messages() == expected_messages([], obs(10)) and bare.prompt_ids()[1].trimmed_turns == 11
 
 
 def test_summary_state_round_trip_gives_the_same_prompt(tok):

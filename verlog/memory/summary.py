@@ -18,6 +18,8 @@ from verlog.memory.chat import ChatMemory, check_int
 __all__ = ["SummaryMemory", "SummaryLine"]
 
 _STATE_VERSION = 1
+#: The summary's header lines (turn count, earlier turns, key events) as one droppable history item.
+_HEADER = "header"
 #: Longest action text shown on a turn line, and longest event name, in characters (longer ones end in "…").
 ACTION_CHARS = 60
 EVENT_CHARS = 40
@@ -72,8 +74,9 @@ class SummaryMemory(ChatMemory):
 
     Lines with nothing to say are left out (no earlier turns, no events, no turn yet: no summary at
     all). Under the token budget the turn lines are dropped oldest first (each counted in
-    ``trimmed_turns``; the counts are not updated for them), then the current observation is cut,
-    as for the window (:class:`~verlog.memory.chat.ChatMemory`); the header lines are never dropped.
+    ``trimmed_turns``; the counts are not updated for them), then the header lines all together
+    (counted as one more), then the current observation is cut, as for the window
+    (:class:`~verlog.memory.chat.ChatMemory`).
 
     Args:
         tokenizer, max_prompt_tokens, reply_hint, reply_prefix: see :class:`~verlog.memory.chat.ChatMemory`.
@@ -104,12 +107,14 @@ class SummaryMemory(ChatMemory):
 
     # ------------------------------------------------------------------ hooks
 
-    def _items(self) -> list[SummaryLine]:
-        return list(self._lines)
+    def _items(self) -> list[Any]:
+        # Dropped from the front: the turn lines oldest first, then the header (last to go).
+        return [*self._lines, _HEADER] if self._num_turns else []
 
-    def _preamble(self, items: Sequence[SummaryLine]) -> str:
-        if self._num_turns == 0:
+    def _preamble(self, items: Sequence[Any]) -> str:
+        if _HEADER not in items:
             return ""
+        items = [x for x in items if x is not _HEADER]
         out = [f"Episode so far ({self._num_turns} turns):"]
         older = self._older
         if older["turns"]:
