@@ -189,6 +189,7 @@ class SummaryMemory(ChatMemory):
                       "reward": float(older["reward"])}
         except (TypeError, ValueError, KeyError) as exc:
             raise ValueError(f"summary state is malformed: {exc}") from None
+        check_int("event_count", state["event_count"], minimum=len(parsed_events))
         for line in parsed:
             self._check_text("lines action", line.action)
         for _, name in parsed_events:
