@@ -1,22 +1,22 @@
-"""P2 context: prompt tokens late in a long Crafter episode against early on.
+"""P2 context: prompt tokens late in a long Crafter episode against early on, for every memory type.
 
     python benchmarks/bench_context.py [--episodes 3 --early 5 --late 200 --seed 0] [--quick]
 
-On crafter/default with the default config (``TrainConfig``'s defaults, ``env.task=crafter/default``:
-the window memory keeps ``memory.history_turns`` turns within ``memory.max_prompt_tokens``, built by
-:func:`verlog.builders.memory_factory`) it plays seeded random-action episodes (replies
-``"ACTION: <valid action>"``, actions drawn from a ``random.Random(seed)``) and records the prompt
-length in tokens (:meth:`WindowMemory.prompt_ids`) at turn ``--early`` and at turn ``--late``
-(turn t's prompt is the one the agent answers at its t-th step, i.e. after t - 1 recorded turns).
-Episodes that end before turn ``--late`` (the random agent dies) are skipped and the next seed is
-tried, at most ``--max-attempts`` episodes in all.
+On crafter/default with the default config (``TrainConfig``'s defaults, ``env.task=crafter/default``)
+it plays seeded random-action episodes (replies ``"ACTION: <valid action>"``, actions drawn from a
+``random.Random(seed)``) and records the prompt length in tokens (``prompt_ids()``) at turn ``--early``
+and at turn ``--late`` (turn t's prompt is the one the agent answers at its t-th step, i.e. after
+t - 1 recorded turns), for each built-in ``memory.type`` (``none``, ``window``, ``full``, ``summary``,
+built by :func:`verlog.builders.memory_factory` with the config's other memory keys, so all share
+``memory.max_prompt_tokens``) and for an unbounded full history (``full`` with a token budget of 10^9:
+nothing is ever dropped). Each memory is told the step's outcome as the runner tells it
+(:class:`~verlog.memory.TurnOutcome`). Episodes that end before turn ``--late`` (the random agent dies)
+are skipped and the next seed is tried, at most ``--max-attempts`` episodes in all. Tokens are counted
+with the tokenizer that ``model.path=tiny`` trains on a Crafter corpus
+(:func:`verlog.builders.build_tiny_for`).
 
-The same episodes are fed to a full-history memory (``history_turns`` = the late turn, token budget
-10^9: nothing is ever dropped) for comparison. Tokens are counted with the tokenizer that
-``model.path=tiny`` trains on a Crafter corpus (:func:`verlog.builders.build_tiny_for`).
-
-Result: mean late tokens / mean early tokens for the window memory (goal <= 1.05), with the
-full-history ratio printed next to it.
+Result: mean late tokens / mean early tokens for the window memory (goal <= 1.05); one line per memory
+type with its early and late tokens and what the budget trimmed.
 """
 
 from __future__ import annotations
@@ -34,12 +34,13 @@ from perfbench import load_note, result_line  # noqa: E402
 from verlog.builders import build_tiny_for, memory_factory  # noqa: E402
 from verlog.config import TrainConfig, build_config, parse_overrides  # noqa: E402
 from verlog.envs.registry import make_env  # noqa: E402
-from verlog.memory import PromptStats  # noqa: E402
+from verlog.memory import MEMORY_TYPES, PromptStats, TurnOutcome  # noqa: E402
 from verlog.models import load_tokenizer  # noqa: E402
 from verlog.warmup import format_reply  # noqa: E402
 
 GOAL = 1.05
 TASK = "crafter/default"
+UNBOUNDED = "full, unbounded"
 
 
 Pair = tuple[PromptStats, PromptStats]  # (early, late) prompt statistics of one episode
@@ -61,11 +62,12 @@ def play_episode(env: Any, memories: dict[str, Any], seed: int, early: int,
         if turn == late:
             break
         reply = format_reply(rng.choice(info["valid_actions"]))
-        obs, _, terminated, truncated, info = env.step(reply)
+        obs, reward, terminated, truncated, info = env.step(reply)
         if terminated or truncated:
             return None
+        outcome = TurnOutcome.from_step(reward, info)
         for m in memories.values():
-            m.add_turn(reply, obs, info["context"])
+            m.add_turn(reply, obs, info["context"], outcome)
     return {name: (t[0], t[1]) for name, t in tokens.items()}
 
 
@@ -75,9 +77,8 @@ def measure(cfg: TrainConfig, episodes: int, early: int, late: int, seed: int,
     also returns how many episodes were played."""
     tokenizer = load_tokenizer(build_tiny_for(cfg))
     factories: dict[str, Callable[[], Any]] = {
-        "window": memory_factory(cfg.memory, tokenizer),
-        "full": memory_factory(replace(cfg.memory, history_turns=late, max_prompt_tokens=10**9), tokenizer),
-    }
+        name: memory_factory(replace(cfg.memory, type=name), tokenizer) for name in MEMORY_TYPES}
+    factories[UNBOUNDED] = memory_factory(replace(cfg.memory, type="full", max_prompt_tokens=10**9), tokenizer)
     env = make_env(cfg.env.task, **cfg.env.env_kwargs())
     results: dict[str, list[Pair]] = {name: [] for name in factories}
     played = 0
@@ -130,13 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     cfg = build_config({"env": {"task": TASK}}, overrides)
     results, played = measure(cfg, args.episodes, args.early, args.late, args.seed, args.max_attempts)
     w_early, w_late, w_ratio = ratio(results["window"])
-    f_early, f_late, f_ratio = ratio(results["full"])
+    f_ratio = ratio(results[UNBOUNDED])[2]
     m = cfg.memory
     print(f"bench_context: {cfg.env.task} ({cfg.env.instruction_style} instruction), {len(results['window'])} "
           f"episodes reaching turn {args.late} of {played} played (seeds {args.seed}..{args.seed + played - 1}); "
-          f"window memory (history_turns={m.history_turns}, max_prompt_tokens={m.max_prompt_tokens}): "
-          f"{w_early:.0f} -> {w_late:.0f} tokens ({trimmed_note(results['window'])}); full history: "
-          f"{f_early:.0f} -> {f_late:.0f} tokens, ratio {f_ratio:.2f}; {load_note()}")
+          f"memory.max_prompt_tokens={m.max_prompt_tokens}, history_turns={m.history_turns}, "
+          f"summary_turns={m.summary_turns}; {load_note()}")
+    for name, pairs in results.items():
+        early, late, r = ratio(pairs)
+        print(f"  {name:<16} turn {args.early}: {early:6.0f} tokens  turn {args.late}: {late:6.0f} tokens  "
+              f"ratio {r:5.2f}  ({trimmed_note(pairs)})")
     print(result_line("P2 context", f"window memory turn {args.late} {w_late:.0f} tokens vs turn {args.early} "
                       f"{w_early:.0f} tokens (full history ratio {f_ratio:.2f})", w_ratio, f"<= {GOAL:.2f}"))
     return 0

@@ -89,7 +89,7 @@ class TextMemory:
     def start_episode(self, instruction, observation, context=""):
         self.obs = observation
 
-    def add_turn(self, reply, next_observation, context=""):
+    def add_turn(self, reply, next_observation, context="", outcome=None):
         self.obs = next_observation
 
     def prompt_ids(self):

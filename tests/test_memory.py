@@ -33,6 +33,11 @@ CORPUS = [
 
 @pytest.fixture(scope="module")
 def tok() -> PreTrainedTokenizerFast:
+    return chatml_tokenizer()
+
+
+def chatml_tokenizer() -> PreTrainedTokenizerFast:
+    """A tiny byte-level BPE tokenizer with a ChatML template, trained on :data:`CORPUS`."""
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()

@@ -17,7 +17,7 @@ class _Memory:
     def start_episode(self, instruction, observation, context=""):
         self.calls.append(("start", observation))
 
-    def add_turn(self, reply, next_observation, context=""):
+    def add_turn(self, reply, next_observation, context="", outcome=None):
         self.calls.append(("turn", reply, next_observation))
 
 

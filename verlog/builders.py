@@ -19,7 +19,7 @@ from verlog.algos.registry import AlgorithmSpec
 from verlog.config import MemoryConfig, RolloutConfig, TrainConfig
 from verlog.envs.vector import make_vector_env
 from verlog.evaluate import EvalResult, evaluate
-from verlog.memory import WindowMemory
+from verlog.memory import Memory, memory_class
 from verlog.model_sources import locate_model, resolve_model, source_kind
 from verlog.models import ModelLoadError, load_actor, load_tokenizer
 from verlog.rollout.collector import FixedTurnCollector
@@ -197,11 +197,16 @@ def eval_payload(cfg: TrainConfig, eval_results: dict[str, dict[str, Any]]) -> d
     return payload
 
 
-def memory_factory(memory: MemoryConfig, tokenizer: Any) -> Callable[[], WindowMemory]:
-    """A callable making a fresh per-environment memory as configured."""
-    return lambda: WindowMemory(tokenizer, history_turns=memory.history_turns,
-                                max_prompt_tokens=memory.max_prompt_tokens, reply_hint=memory.reply_hint,
-                                reply_prefix=memory.reply_prefix)
+def memory_factory(memory: MemoryConfig, tokenizer: Any) -> Callable[[], Memory]:
+    """A callable making a fresh per-environment memory as configured: the class ``memory.type`` names
+    (:func:`~verlog.memory.types.memory_class`), built by its ``from_config(tokenizer, memory)``.
+
+    Raises:
+        ValueError: a ``memory.type`` that :func:`~verlog.memory.types.memory_class` refuses (preflight
+            refuses it first, as one line).
+    """
+    cls = memory_class(memory.type)
+    return lambda: cls.from_config(tokenizer, memory)
 
 
 def sampling_params(rollout: RolloutConfig, *, greedy: bool = False) -> SamplingParams:

@@ -147,10 +147,18 @@ class AgentConfig:
 
 @dataclass
 class MemoryConfig:
-    """How each turn's prompt is built."""
+    """How each turn's prompt is built (docs/memory.md)."""
 
-    history_turns: int = _f(1, "previous (observation, reply) turns shown before the current observation")
-    max_prompt_tokens: int = _f(1024, "prompt token budget; oldest history is dropped first")
+    type: str = _f("window", "which memory builds the prompts: none (instruction + current observation), window (plus "
+                             "the last history_turns turns), full (plus every turn of the episode, trimmed to the budget "
+                             "like window), summary (plus a bounded record: the last summary_turns turns as one line "
+                             "each, counts of older ones, the env's key events), or a user's class as "
+                             "module.path:ClassName implementing verlog.memory.Memory")
+    history_turns: int = _f(1, "window: previous (observation, reply) turns shown before the current observation")
+    max_prompt_tokens: int = _f(1024, "prompt token budget of every built-in memory type; oldest history is dropped "
+                                      "first, then the current observation is cut")
+    summary_turns: int = _f(16, "summary: the latest turns shown as one line each (older turns are counted), and the "
+                                "latest key events shown")
     reply_hint: Optional[str] = _f(None, "text appended to the current observation (e.g. a format reminder)")
     reply_prefix: Optional[str] = _f(None, "text the assistant's reply starts with, placed in the prompt after the "
                                            "generation header (e.g. ACTION:); the model writes the rest; the env and "

@@ -13,9 +13,11 @@ import dataclasses
 import math
 from typing import Any, Iterator
 
-__all__ = ["AGENT_LOOPS", "INT_MAX", "SEED_MAX", "first_problem"]
+__all__ = ["AGENT_LOOPS", "INT_MAX", "MEMORY_TYPE_NAMES", "SEED_MAX", "first_problem"]
 
 AGENT_LOOPS = ("env", "tools", "proxy")
+#: The built-in ``memory.type`` names (the classes are in :data:`verlog.memory.MEMORY_TYPES`).
+MEMORY_TYPE_NAMES = ("none", "window", "full", "summary")
 
 _CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
@@ -37,7 +39,7 @@ _POSITIVE = (
     "model.tiny.num_layers", "model.tiny.num_heads", "model.tiny.num_kv_heads", "model.tiny.intermediate_size",
     "model.tiny.corpus_episodes", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_tensor_parallel_size",
     "algo.group_size", "algo.std_eps", "algo.overlong_cache_tokens", "agent.max_assistant_turns",
-    "agent.max_total_tokens", "agent.max_tool_response_chars",
+    "agent.max_total_tokens", "agent.max_tool_response_chars", "memory.summary_turns",
 )
 _NON_NEGATIVE = (
     "memory.history_turns", "ppo.critic_warmup_iterations", "ppo.max_skipped_steps", "format_warmup.steps", "checkpoint_every",
@@ -133,6 +135,8 @@ def _cross_field_problem(cfg: Any) -> str | None:
     if cfg.model.cache_frozen_activations and cfg.deepspeed.zero_stage == 3:
         return ("model.cache_frozen_activations: needs deepspeed.zero_stage 0-2 (ZeRO-3 partitions the layers "
                 "it would run in two parts)")
+    if problem := _memory_type_problem(cfg.memory.type):
+        return problem
     if cfg.memory.reply_prefix == "":
         return "memory.reply_prefix: expected a non-empty text or null (off), got ''"
     if cfg.ppo.dual_clip is not None and cfg.ppo.dual_clip <= 1.0:
@@ -142,6 +146,17 @@ def _cross_field_problem(cfg: Any) -> str | None:
         return (f"ppo.minibatches: the batch of {turns} turns (rollout.turns_per_env x env.num_envs) "
                 f"is not divisible by {cfg.ppo.minibatches}")
     return None
+
+
+def _memory_type_problem(type_name: Any) -> str | None:
+    """``memory.type`` is a built-in memory or has the form ``module.path:ClassName`` (whether that
+    class exists and keeps the memory contract is checked by :func:`verlog.preflight.check_memory_type`)."""
+    module, sep, attr = str(type_name).partition(":")
+    if type_name in MEMORY_TYPE_NAMES or (sep and module and attr.isidentifier()
+                                          and all(p.isidentifier() for p in module.split("."))):
+        return None
+    return (f"memory.type: expected one of {', '.join(MEMORY_TYPE_NAMES)} or a class as module.path:ClassName, "
+            f"got {type_name!r}")
 
 
 def _agent_problem(cfg: Any) -> str | None:

@@ -3,7 +3,8 @@
 :func:`verlog.config.validate` checks values alone (types, ranges, choices); the names below are
 checked here, once the config is loaded and before anything is built: the algorithm (its traits in
 :data:`verlog.catalog.ALGORITHM_TRAITS` and what they require of the rest of the config), the
-environment task, the tool task, the proxy's credit mode and the proxy's agent function; that the
+environment task, the tool task, the proxy's credit mode, the proxy's agent function and the memory
+class (``memory.type``); that the
 reply prefix applies (text envs only, and a start of the format warm-up's replies); that ``resume``
 names a run directory; and that the machine has the GPUs a recipe asks for.
 
@@ -23,8 +24,8 @@ from pathlib import Path
 from verlog.catalog import AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, REPLY_PREFIX, did_you_mean, env_names
 from verlog.config import ConfigError, TrainConfig
 
-__all__ = ["check_algorithm", "check_buildable", "check_distance_shaping", "check_gpus", "check_reply_prefix",
-           "check_resume", "check_state_keys", "check_trainable_layers"]
+__all__ = ["check_algorithm", "check_buildable", "check_distance_shaping", "check_gpus", "check_memory_type",
+           "check_reply_prefix", "check_resume", "check_state_keys", "check_trainable_layers"]
 
 
 def check_algorithm(cfg: TrainConfig) -> None:
@@ -127,6 +128,21 @@ def check_reply_prefix(cfg: TrainConfig) -> None:
                           f"do not start with {prefix!r}; use a start of {REPLY_PREFIX!r} or format_warmup.steps=0")
 
 
+def check_memory_type(cfg: TrainConfig) -> None:
+    """``memory.type`` names a built-in memory or an importable class that keeps the memory contract
+    (:func:`verlog.memory.types.memory_class`: the user's module is imported; nothing is built).
+
+    Raises:
+        ConfigError: one line naming ``memory.type``.
+    """
+    from verlog.memory.types import memory_class
+
+    try:
+        memory_class(cfg.memory.type)
+    except ValueError as exc:
+        raise ConfigError(f"memory.type: {exc}") from None
+
+
 def check_buildable(cfg: TrainConfig) -> None:
     """Check that the algorithm, environment, tool task, credit mode and agent function of ``cfg``
     exist (:func:`check_algorithm` included; :func:`check_state_keys` is separate: it builds an env).
@@ -139,11 +155,13 @@ def check_buildable(cfg: TrainConfig) -> None:
         ConfigError: one line naming the first offending key: ``agent.credit`` not a credit mode of
             :mod:`verlog.proxy.adapter`, ``env.task`` not a registered environment, ``agent.task`` not
             a tool task of :mod:`verlog.agent.tasks`, ``agent.agent`` not a loadable function,  a
-            ``memory.reply_prefix`` that :func:`check_reply_prefix` refuses, or ``model.trainable_layers``
+            ``memory.reply_prefix`` that :func:`check_reply_prefix` refuses, a ``memory.type`` that
+            :func:`check_memory_type` refuses, or ``model.trainable_layers``
             beyond the model's layers (:func:`check_trainable_layers`).
     """
     check_algorithm(cfg)
     check_reply_prefix(cfg)
+    check_memory_type(cfg)
     check_trainable_layers(cfg)
     if cfg.agent.credit not in CREDIT_MODES:
         raise ConfigError(f"agent.credit: expected one of {', '.join(CREDIT_MODES)}, got {cfg.agent.credit!r}")

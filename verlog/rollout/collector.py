@@ -94,7 +94,7 @@ class FixedTurnCollector:
                     continue
                 if step.truncated:
                     # Value the observation that followed the cut: the episode's own final one.
-                    slot.memory.add_turn(reply, step.observation, step.info["context"])
+                    slot.memory.add_turn(reply, step.observation, step.info["context"], step.outcome)
                     bootstrap[(t, slot.index)] = slot.memory.prompt_ids()[0]
                 stats.episodes.append(record)
                 self._begin(slot, *step.next_episode)

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol, Sequ
 from verlog.envs import make_env
 from verlog.envs.faults import count_faults
 from verlog.envs.vector import final_infos, final_observations, split_infos
-from verlog.memory import join_reply
+from verlog.memory import Memory, TurnOutcome, join_reply
 from verlog.rollout.engine import Generation, RolloutEngine, SamplingParams
 from verlog.rollout.records import CollectStats, EpisodeRecord
 
@@ -46,22 +46,6 @@ __all__ = [
     "EpisodeSpec", "Memory", "Outcome", "Policy", "Slot", "Step", "env_step", "generate_turn", "play_turn",
     "run_episodes", "vector_reset", "vector_step",
 ]
-
-
-class Memory(Protocol):
-    """What the runner needs from a per-slot memory (see :mod:`verlog.memory`).
-
-    ``reply_prefix``: the text its prompts pre-fill the assistant's reply with (``None``: none); the
-    runner hands on the whole reply, :func:`~verlog.memory.join_reply` of it and the completion.
-    """
-
-    reply_prefix: str | None
-
-    def start_episode(self, instruction: str, observation: str, context: str = "") -> None: ...
-    def add_turn(self, reply: str, next_observation: str, context: str = "") -> None: ...
-    def prompt_ids(self) -> tuple[list[int], Any]: ...
-    def state_dict(self) -> dict: ...
-    def load_state_dict(self, state: dict) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -94,6 +78,11 @@ class Step:
     def valid(self) -> bool:
         """The env accepted the reply as an action."""
         return bool(self.info["action_valid"])
+
+    @property
+    def outcome(self) -> TurnOutcome:
+        """What the step made of the reply, for the memory (:meth:`~verlog.memory.Memory.add_turn`)."""
+        return TurnOutcome.from_step(self.reward, self.info)
 
 
 @dataclass
@@ -144,7 +133,7 @@ class Slot:
         self.observation, self.info = step.observation, step.info
         if not step.done:
             if self.memory is not None:
-                self.memory.add_turn(reply, step.observation, step.info["context"])
+                self.memory.add_turn(reply, step.observation, step.info["context"], step.outcome)
             return None
         return EpisodeRecord(
             episode_id=self.episode_id, env_index=self.index, episode_return=self.episode_return, length=self.length,

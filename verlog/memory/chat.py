@@ -1,12 +1,9 @@
-"""Per-turn prompt memory: builds the prompt of one turn from a bounded window of past turns.
+"""Chat-template prompts within a token budget: the rendering and trimming shared by Verlog's memories.
 
-Every turn of every environment is one training sample, and its prompt is produced here. The
-memory keeps the last ``k`` (observation, reply) pairs of the current episode plus the current
-observation, renders them as chat messages through the tokenizer's chat template and enforces a
-token budget, so the prompt length stays (nearly) constant however long the episode runs.
-
-The layout follows the "latest n+1 turns" history of the Verlog paper and BALROG's history prompt
-(past observations and replies as alternating messages), with the instruction as the system message.
+Every turn of every environment is one training sample, and its prompt is produced by a memory. The
+memories of this package render the episode as chat messages through the tokenizer's chat template
+and enforce a token budget (``max_prompt_tokens``); they differ only in what of the episode they keep
+(:mod:`verlog.memory.window`, :mod:`verlog.memory.summary`).
 
 History text (observations and the agent's previous replies) is tokenised again as part of the new
 prompt: that is what the next turn's prompt *is*. The ids that get trained for a reply are the
@@ -14,102 +11,53 @@ engine's own response ids, never these re-tokenised ones.
 
 A *reply prefix* (``reply_prefix``, e.g. ``"ACTION:"``) pre-fills the assistant's turn: its tokens
 follow the generation header at the end of every prompt, so the model writes only the rest of the
-reply (the completion). The reply as a whole, :func:`join_reply` of the prefix and the decoded
-completion, is what the environment parses and what the history shows as the assistant's message;
-the ids trained are still exactly the generated ones (the completion's).
+reply (the completion). The reply as a whole, :func:`~verlog.memory.base.join_reply` of the prefix and
+the decoded completion, is what the environment parses and what the history shows as the assistant's
+message; the ids trained are still exactly the generated ones (the completion's).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["PromptStats", "WindowMemory", "completion_of", "join_reply"]
+from verlog.memory.base import Memory, PromptStats, TurnOutcome
 
-# 3: ``reply_prefix`` added; a version-2 state is a version-3 state with ``reply_prefix=None``.
-_STATE_VERSION = 3
+__all__ = ["ChatMemory"]
+
 _ELLIPSIS = " …"
-_OBS_PREFIX = "Observation:\n"
 _CURRENT_PREFIX = "Current observation:\n"
 
 
-def join_reply(reply_prefix: str | None, completion: str) -> str:
-    """The agent's whole reply: the pre-filled ``reply_prefix`` (``None``: none) then the model's
-    decoded ``completion``, joined as text with nothing added between them.
+class ChatMemory(Memory):
+    """Base of the chat memories: episode text, chat rendering and the token budget.
 
-    This is the text the environment parses and the memory stores as the assistant's message.
-    Example: ``join_reply("ACTION:", " turn left") == "ACTION: turn left"``.
-    """
-    return completion if reply_prefix is None else reply_prefix + completion
-
-
-def completion_of(reply_prefix: str | None, reply: str) -> str:
-    """The inverse of :func:`join_reply`: what the model writes after ``reply_prefix`` so that the
-    whole reply is ``reply`` (e.g. a supervised target whose prompt already ends with the prefix).
-
-    Raises:
-        ValueError: ``reply`` does not start with ``reply_prefix``.
-    """
-    if reply_prefix is None:
-        return reply
-    if not reply.startswith(reply_prefix):
-        raise ValueError(f"reply {reply!r} does not start with the reply prefix {reply_prefix!r}")
-    return reply[len(reply_prefix) :]
-
-
-@dataclass(frozen=True)
-class PromptStats:
-    """What the token budget did to one prompt (for the "nothing is silently dropped" counters).
-
-    Attributes:
-        num_tokens: length of the prompt in tokens (<= the memory's ``max_prompt_tokens``).
-        trimmed_turns: stored history turns left out of this prompt to fit the budget.
-        trimmed_observation_tokens: tokens cut from the end of the current observation because
-            even a prompt with no history did not fit (counted in the observation's own
-            tokenisation); normally 0.
-    """
-
-    num_tokens: int
-    trimmed_turns: int
-    trimmed_observation_tokens: int
-
-
-class WindowMemory:
-    """Prompt = instruction + the last ``history_turns`` turns + the current observation.
-
-    Use **one instance per environment**: it holds that environment's episode state.
-
-    Messages, in order:
-
-    * ``system``: the episode's instruction;
-    * for each of the last ``history_turns`` turns, oldest first: ``user`` = ``"Observation:\\n"``
-      + the observation the agent saw, then ``assistant`` = the agent's reply to it;
-    * ``user`` = ``"Current observation:\\n"`` + the current observation (+ ``"\\n\\n"`` + the
-      current-only ``context`` when non-empty) (+ ``"\\n\\n"`` + ``reply_hint`` when given).
+    Messages, in order: ``system`` = the episode's instruction; the subclass's history messages
+    (:meth:`_history_messages`); ``user`` = the subclass's preamble (:meth:`_preamble`) +
+    ``"Current observation:\\n"`` + the current observation (+ ``"\\n\\n"`` + the current-only
+    ``context`` when non-empty) (+ ``"\\n\\n"`` + ``reply_hint`` when given).
 
     The ``context`` (BALROG's short-term context: inventory, vitals) describes the present only, so it
     is shown with the current observation and never stored in the history.
 
     The chat template is applied with ``add_generation_prompt=True``, so the prompt ends with the
     assistant header, followed by the ids of ``reply_prefix`` when one is set (tokenised once, on
-    its own, without special tokens; they count towards ``max_prompt_tokens``). The replies given
-    to :meth:`add_turn` are whole replies (prefix included, see :func:`join_reply`), so past turns
-    show the model's replies as they were. Only the last ``history_turns`` turns are stored (O(k)
-    memory for episodes of any length).
+    its own, without special tokens; they count towards ``max_prompt_tokens``).
 
-    Token budget, applied in :meth:`prompt_ids`: when the prompt exceeds ``max_prompt_tokens``,
-    the oldest history turns are dropped first (binary search over the number kept: O(log k)
-    template renders, assuming the length grows with the number of turns kept; the result always
-    fits either way). The instruction, the current observation and the generation header are
-    never dropped. If the prompt does not fit even with no history, the end of the current
-    observation is cut at a token boundary and ``" …"`` appended, keeping the longest prefix
-    that fits (again by binary search). The reply prefix is never dropped either.
+    Token budget, applied in :meth:`prompt_ids`: the subclass's droppable history items
+    (:meth:`_items`, oldest first) are dropped oldest first when the prompt exceeds
+    ``max_prompt_tokens`` (binary search over the number kept: O(log n) template renders, assuming the
+    length grows with the number of items kept; the result always fits either way); each dropped item
+    counts in :attr:`PromptStats.trimmed_turns`. The instruction, the current observation, the
+    generation header and the reply prefix are never dropped. If the prompt does not fit even with no
+    items, the end of the current observation is cut at a token boundary and ``" …"`` appended,
+    keeping the longest prefix that fits (again by binary search).
+
+    Subclasses implement :meth:`_items`, :meth:`_record`, :meth:`_clear` and at least one of
+    :meth:`_history_messages` / :meth:`_preamble`, plus their state.
 
     Args:
         tokenizer: a Hugging Face tokenizer with a chat template.
-        history_turns: k >= 0, how many past turns to show; 0 shows only the current observation.
         max_prompt_tokens: the prompt-length budget in tokens, >= 1.
         reply_hint: optional text appended to the current observation (e.g. the answer format).
         reply_prefix: optional text the assistant's reply starts with, placed in the prompt after the
@@ -119,21 +67,13 @@ class WindowMemory:
 
     Raises:
         TypeError: wrong argument types.
-        ValueError: negative ``history_turns``, non-positive ``max_prompt_tokens``, an empty
-            ``reply_prefix`` or one holding a special token, or a tokenizer without a chat template.
+        ValueError: non-positive ``max_prompt_tokens``, an empty ``reply_prefix`` or one holding a
+            special token, or a tokenizer without a chat template.
     """
 
-    def __init__(
-        self,
-        tokenizer: Any,
-        *,
-        history_turns: int = 1,
-        max_prompt_tokens: int = 1024,
-        reply_hint: str | None = None,
-        reply_prefix: str | None = None,
-    ) -> None:
-        _check_int("history_turns", history_turns, minimum=0)
-        _check_int("max_prompt_tokens", max_prompt_tokens, minimum=1)
+    def __init__(self, tokenizer: Any, *, max_prompt_tokens: int = 1024, reply_hint: str | None = None,
+                 reply_prefix: str | None = None) -> None:
+        check_int("max_prompt_tokens", max_prompt_tokens, minimum=1)
         if reply_hint is not None and not isinstance(reply_hint, str):
             raise TypeError(f"reply_hint must be a str or None, got {type(reply_hint).__name__}")
         if reply_prefix is not None and not isinstance(reply_prefix, str):
@@ -146,9 +86,8 @@ class WindowMemory:
                 f"got {type(tokenizer).__name__}"
             )
         if not getattr(tokenizer, "chat_template", None):
-            raise ValueError("tokenizer has no chat_template; WindowMemory renders chat messages")
+            raise ValueError(f"tokenizer has no chat_template; {type(self).__name__} renders chat messages")
         self.tokenizer = tokenizer
-        self.history_turns = history_turns
         self.max_prompt_tokens = max_prompt_tokens
         self.reply_hint = reply_hint
         self.reply_prefix = reply_prefix
@@ -160,9 +99,30 @@ class WindowMemory:
         self._instruction: str | None = None
         self._observation: str | None = None
         self._context = ""
-        self._history: deque[tuple[str, str]] = deque(maxlen=history_turns)
         self._num_turns = 0
         self._cache: tuple[list[dict[str, str]], list[int], PromptStats] | None = None
+
+    # ------------------------------------------------------------------ subclass hooks
+
+    def _items(self) -> list[Any]:
+        """The droppable history items, oldest first."""
+        raise NotImplementedError
+
+    def _history_messages(self, items: Sequence[Any]) -> list[dict[str, str]]:
+        """Messages between the system message and the current one, for the kept ``items``."""
+        return []
+
+    def _preamble(self, items: Sequence[Any]) -> str:
+        """Text placed before ``"Current observation:"`` in the current message, for the kept ``items``."""
+        return ""
+
+    def _record(self, observation: str, reply: str, outcome: TurnOutcome | None) -> None:
+        """Store the turn just played (the observation answered, the whole reply, its outcome)."""
+        raise NotImplementedError
+
+    def _clear(self) -> None:
+        """Forget the episode's history."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ episode state
 
@@ -184,14 +144,16 @@ class WindowMemory:
         self._instruction = instruction
         self._observation = observation
         self._context = context
-        self._history.clear()
+        self._clear()
         self._num_turns = 0
         self._cache = None
 
-    def add_turn(self, reply: str, next_observation: str, context: str = "") -> None:
+    def add_turn(self, reply: str, next_observation: str, context: str = "",
+                 outcome: TurnOutcome | None = None) -> None:
         """Record the agent's ``reply`` to the current observation; ``next_observation`` becomes current.
 
         The previous observation enters the history without its context; ``context`` is the new one's.
+        ``outcome`` is what the step made of the reply (used by memories that record it).
 
         Raises:
             RuntimeError: called before :meth:`start_episode`.
@@ -203,7 +165,7 @@ class WindowMemory:
         self._check_text("next_observation", next_observation)
         self._check_text("context", context)
         assert self._observation is not None
-        self._history.append((self._observation, reply))  # deque(maxlen=k) drops the oldest
+        self._record(self._observation, reply, outcome)
         self._observation = next_observation
         self._context = context
         self._num_turns += 1
@@ -231,7 +193,7 @@ class WindowMemory:
     def render_messages(self) -> list[dict[str, str]]:
         """The chat messages of the current prompt exactly as rendered by :meth:`prompt_ids`.
 
-        That is after the budget: trimmed history turns are absent and a shortened observation
+        That is after the budget: trimmed history items are absent and a shortened observation
         appears shortened. The reply prefix is no message: it follows the rendered messages' generation
         header. Returns a fresh list of ``{"role", "content"}`` dicts.
 
@@ -247,13 +209,11 @@ class WindowMemory:
             self._cache = self._fit()
         return self._cache
 
-    def _messages(self, turns: list[tuple[str, str]], observation: str) -> list[dict[str, str]]:
+    def _messages(self, items: Sequence[Any], observation: str) -> list[dict[str, str]]:
         assert self._instruction is not None
         messages = [{"role": "system", "content": self._instruction}]
-        for obs, reply in turns:
-            messages.append({"role": "user", "content": _OBS_PREFIX + obs})
-            messages.append({"role": "assistant", "content": reply})
-        current = _CURRENT_PREFIX + observation
+        messages += self._history_messages(items)
+        current = self._preamble(items) + _CURRENT_PREFIX + observation
         if self.reply_hint is not None:
             current += "\n\n" + self.reply_hint
         messages.append({"role": "user", "content": current})
@@ -275,12 +235,12 @@ class WindowMemory:
 
     def _fit(self) -> tuple[list[dict[str, str]], list[int], PromptStats]:
         budget = self.max_prompt_tokens
-        turns = list(self._history)
-        stored = len(turns)
+        items = self._items()
+        stored = len(items)
         current = self._current_text()
 
         def attempt(kept: int) -> tuple[list[dict[str, str]], list[int]]:
-            messages = self._messages(turns[stored - kept :], current)
+            messages = self._messages(items[stored - kept :], current)
             return messages, self._render(messages)
 
         full = attempt(stored)
@@ -289,7 +249,7 @@ class WindowMemory:
         if stored > 0:
             bare = attempt(0)
             if len(bare[1]) <= budget:
-                # keeping 0 turns fits, keeping all `stored` does not
+                # keeping 0 items fits, keeping all `stored` does not
                 lo, best = _longest_fit(attempt, 0, stored, bare, budget)
                 return best[0], best[1], PromptStats(len(best[1]), stored - lo, 0)
         return self._fit_observation(stored)
@@ -335,86 +295,51 @@ class WindowMemory:
             kept -= 1
         return "", 0
 
-    # ------------------------------------------------------------------ checkpointing
+    # ------------------------------------------------------------------ checkpointing helpers
 
-    def state_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable state for exact resume (configuration included for checking).
+    def _episode_state(self) -> dict[str, Any]:
+        """The state every chat memory has: budget, hint, prefix, episode text, turn count."""
+        return {"max_prompt_tokens": self.max_prompt_tokens, "reply_hint": self.reply_hint,
+                "reply_prefix": self.reply_prefix, "instruction": self._instruction,
+                "observation": self._observation, "context": self._context, "num_turns": self._num_turns}
 
-        Keys: ``version``, ``history_turns``, ``max_prompt_tokens``, ``reply_hint``, ``reply_prefix``,
-        ``instruction`` and ``observation`` (``None`` before the first episode), ``context``, ``history``
-        (list of ``[observation, reply]`` pairs, oldest first, at most ``history_turns``) and
-        ``num_turns``.
-        """
-        return {
-            "version": _STATE_VERSION,
-            "history_turns": self.history_turns,
-            "max_prompt_tokens": self.max_prompt_tokens,
-            "reply_hint": self.reply_hint,
-            "reply_prefix": self.reply_prefix,
-            "instruction": self._instruction,
-            "observation": self._observation,
-            "context": self._context,
-            "history": [[obs, reply] for obs, reply in self._history],
-            "num_turns": self._num_turns,
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; afterwards :meth:`prompt_ids` is identical.
-
-        A version-2 state (saved before reply prefixes existed, so without ``reply_prefix``) loads
-        as one with ``reply_prefix=None``.
+    def _check_state(self, state: Any, version: int, config_keys: Sequence[str]) -> None:
+        """Check ``state`` against this memory: a mapping with :meth:`state_dict`'s keys, ``version``,
+        the same values of ``config_keys`` and a consistent episode text.
 
         Raises:
-            ValueError: missing/unknown keys, another version, a configuration
-                (``history_turns``, ``max_prompt_tokens``, ``reply_hint``, ``reply_prefix``) different
-                from this instance's, more history than ``history_turns``, or an inconsistent
-                episode state.
-            TypeError: fields of the wrong type.
+            TypeError / ValueError: as :meth:`load_state_dict` says.
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
-        if state.get("version") == 2 and "reply_prefix" not in state:
-            state = {**state, "version": _STATE_VERSION, "reply_prefix": None}
         expected = set(self.state_dict())
         if set(state) != expected:
             raise ValueError(
                 f"memory state keys mismatch: missing {sorted(expected - set(state))}, "
                 f"unexpected {sorted(set(state) - expected)}"
             )
-        if state["version"] != _STATE_VERSION:
-            raise ValueError(f"memory state version {state['version']!r} is not {_STATE_VERSION}")
-        for key in ("history_turns", "max_prompt_tokens", "reply_hint", "reply_prefix"):
+        if state["version"] != version:
+            raise ValueError(f"memory state version {state['version']!r} is not {version}")
+        for key in config_keys:
             if state[key] != getattr(self, key):
                 raise ValueError(
                     f"memory state was saved with {key}={state[key]!r} but this memory has "
                     f"{key}={getattr(self, key)!r}"
                 )
-        instruction, observation, context = state["instruction"], state["observation"], state["context"]
-        self._check_text("context", context)
-        history, num_turns = state["history"], state["num_turns"]
-        _check_int("num_turns", num_turns, minimum=0)
-        if not isinstance(history, (list, tuple)):
-            raise TypeError(f"history must be a list, got {type(history).__name__}")
-        if len(history) > self.history_turns:
-            raise ValueError(f"history has {len(history)} turns but history_turns={self.history_turns}")
-        if len(history) > num_turns:
-            raise ValueError(f"history has {len(history)} turns but num_turns={num_turns}")
+        self._check_text("context", state["context"])
+        check_int("num_turns", state["num_turns"], minimum=0)
+        instruction, observation = state["instruction"], state["observation"]
         if instruction is None or observation is None:
-            if instruction is not None or observation is not None or history or num_turns:
+            if instruction is not None or observation is not None or state["num_turns"]:
                 raise ValueError("memory state has history or text but no started episode")
         else:
             self._check_text("instruction", instruction)
             self._check_text("observation", observation)
-        pairs = []
-        for i, pair in enumerate(history):
-            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-                raise ValueError(f"history[{i}] must be an [observation, reply] pair, got {pair!r}")
-            self._check_text(f"history[{i}][0]", pair[0])
-            self._check_text(f"history[{i}][1]", pair[1])
-            pairs.append((pair[0], pair[1]))
-        self._instruction, self._observation, self._context = instruction, observation, context
-        self._history = deque(pairs, maxlen=self.history_turns)
-        self._num_turns = num_turns
+
+    def _load_episode_state(self, state: Mapping[str, Any]) -> None:
+        """Take the episode text and turn count of a state checked by :meth:`_check_state`."""
+        self._instruction, self._observation = state["instruction"], state["observation"]
+        self._context, self._num_turns = state["context"], state["num_turns"]
         self._cache = None
 
     # ------------------------------------------------------------------ checks
@@ -451,7 +376,8 @@ def _longest_fit(attempt: Any, lo: int, hi: int, best: Any, budget: int) -> tupl
     return lo, best
 
 
-def _check_int(name: str, value: Any, *, minimum: int) -> None:
+def check_int(name: str, value: Any, *, minimum: int) -> None:
+    """Raise ``TypeError`` unless ``value`` is an int (not a bool), ``ValueError`` if below ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < minimum:
