@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import json
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -243,3 +246,22 @@ TEXTWORLD_FAST_SETTINGS: dict[str, Any] = {"treasure_hunter": {"level": 5}, "the
                                            "coin_collector": None}
 #: The games the session's TextWorld cache holds (``textworld_cache`` in conftest.py): (task, index).
 TEXTWORLD_PREMADE = [("treasure_hunter", 0), ("treasure_hunter", 1), ("the_cooking_game", 0), ("coin_collector", 0)]
+
+
+def load_golden_corpus(path: Path) -> tuple[dict, dict[str, list[dict]], dict[str, list[dict]], list[dict]]:
+    """A golden corpus of JSON lines (gzipped when the name ends in ``.gz``), each with a ``record`` kind:
+    one ``header``, ``level`` and ``episode`` records (grouped by their ``task``), and the rest (views or
+    boards). Returns ``(header, levels by task, episodes by task, others)``, ``record`` removed."""
+    header, levels, episodes, others = None, defaultdict(list), defaultdict(list), []
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        for line in f:
+            record = json.loads(line)
+            kind = record.pop("record")
+            if kind == "header":
+                header = record
+            elif kind in ("level", "episode"):
+                (levels if kind == "level" else episodes)[record["task"]].append(record)
+            else:
+                others.append(record)
+    return header, levels, episodes, others

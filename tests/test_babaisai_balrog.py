@@ -18,12 +18,10 @@ per line. Cells are ``[x, y, items]`` with the items of the cell bottom to top, 
 
 from __future__ import annotations
 
-import gzip
-import json
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from helpers import load_golden_corpus
 
 from verlog.envs import make_env
 from verlog.envs.babaisai import BABAISAI_LEVELS, BabaGame
@@ -43,24 +41,7 @@ from verlog.envs.babaisai.items import (
 CORPUS = Path(__file__).resolve().parent / "data" / "balrog_babaisai.jsonl.gz"
 
 
-def _load() -> tuple[dict, dict[str, list[dict]], dict[str, list[dict]], list[dict]]:
-    header, levels, episodes, boards = None, defaultdict(list), defaultdict(list), []
-    with gzip.open(CORPUS, "rt") as f:
-        for line in f:
-            record = json.loads(line)
-            kind = record.pop("record")
-            if kind == "header":
-                header = record
-            elif kind == "level":
-                levels[record["task"]].append(record)
-            elif kind == "episode":
-                episodes[record["task"]].append(record)
-            else:
-                boards.append(record)
-    return header, levels, episodes, boards
-
-
-HEADER, LEVELS, EPISODES, BOARDS = _load()
+HEADER, LEVELS, EPISODES, BOARDS = load_golden_corpus(CORPUS)
 
 
 def _token(code: int) -> str:

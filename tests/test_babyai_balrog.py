@@ -13,12 +13,12 @@ commits in its first line; how it was made: ``docs/balrog.md``), one JSON record
 
 from __future__ import annotations
 
-import json
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_golden_corpus
 from minigrid.core.grid import Grid
 from minigrid.core.world_object import Ball, Box, Door, Floor, Goal, Key, Lava, Wall
 
@@ -28,24 +28,7 @@ from verlog.envs.babyai_levels import BALROG_KINDS
 CORPUS = Path(__file__).resolve().parent / "data" / "balrog_babyai.jsonl"
 
 
-def _load() -> tuple[dict, dict[str, list[dict]], dict[str, list[dict]], list[dict]]:
-    header, levels, episodes, views = None, defaultdict(list), defaultdict(list), []
-    with CORPUS.open() as f:
-        for line in f:
-            record = json.loads(line)
-            kind = record.pop("record")
-            if kind == "header":
-                header = record
-            elif kind == "level":
-                levels[record["task"]].append(record)
-            elif kind == "episode":
-                episodes[record["task"]].append(record)
-            else:
-                views.append(record)
-    return header, levels, episodes, views
-
-
-HEADER, LEVELS, EPISODES, VIEWS = _load()
+HEADER, LEVELS, EPISODES, VIEWS = load_golden_corpus(CORPUS)
 
 
 def _cells(env) -> list[list]:
