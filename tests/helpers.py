@@ -225,6 +225,26 @@ def red_ball(env: Any) -> tuple[int, int]:
     return hits[0]
 
 
+def train_cli(recipe: str, *args: str, timeout: int = 600, check: bool = True,
+              env: dict[str, str] | None = None) -> Any:
+    """Run ``verlog-train <recipe> <args>`` in a subprocess (output captured as text) and return it.
+
+    ``threads=1`` is added unless ``args`` name ``threads``: ``make test`` gives each worker one core,
+    and a recipe's 2 intra-op threads on one shared core spin against the other worker (a 6-minute
+    run took over 25). ``check`` asserts exit status 0 and shows the end of stderr otherwise.
+    Returns the ``subprocess.CompletedProcess``; raises ``subprocess.TimeoutExpired`` after ``timeout``
+    seconds."""
+    import subprocess
+    import sys
+
+    threads = [] if any(a.startswith("threads=") for a in args) else ["threads=1"]
+    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", recipe, *args,
+                           *threads], capture_output=True, text=True, timeout=timeout, env=env)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 def cli_error_line(main: Any, argv: list[str], capsys: Any) -> str:
     """Run a CLI entry point in-process; assert exit status 2 and exactly one non-blank stderr line,
     ``error: ...``, with no traceback; return that line."""

@@ -6,12 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
+from helpers import train_cli
 from verlog.agent import AgentLimits, ToolAgentLoop
 from verlog.agent.calculator import (answer_text, calculator_corpus, calculator_tools, make_questions,
                                      tool_call_text, warmup_scripts)
@@ -201,15 +200,12 @@ def test_agent_config_errors_name_the_key():
 SHORT = ["iterations=2", "ppo.critic_warmup_iterations=1", "env.num_envs=4", "format_warmup.steps=5",
          "format_warmup.episodes=4", "model.tiny.corpus_episodes=20", "eval.episodes=4", "logging.progress=false",
          "model.tiny.hidden_size=64", "model.tiny.num_heads=1", "model.tiny.intermediate_size=64",
-         "model.tiny.vocab_size=400", "rollout.max_response_tokens=24", "threads=1"]
+         "model.tiny.vocab_size=400", "rollout.max_response_tokens=24"]
 
 
 @pytest.mark.parametrize("recipe", ["calculator_tools", "calculator_proxy"])
 def test_short_run_of_each_calculator_recipe(tmp_path, recipe):
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", recipe, *SHORT,
-                           f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=r"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_cli(recipe, *SHORT, f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=r")
     rows = read_metrics(tmp_path / "r" / "metrics.jsonl")
     assert [r["phase"] for r in rows] == ["critic_warmup", "ppo"]
     assert all(r["episodes"] == 4 and r["rollout/turns"] >= 4 for r in rows)

@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from soak_resume import RUN_ARGS as SOAK_ARGS  # noqa: E402
 from test_e2e import SMALL, train  # noqa: E402
+from helpers import train_cli  # noqa: E402
 from verlog.checkpointing import (CHECKPOINT_MARKER, checkpoint_dir, complete_checkpoints, newest_checkpoint,
                                   prune_checkpoints)
 from verlog.logging import read_metrics
@@ -203,17 +204,13 @@ def test_a_pickle_payload_in_a_deepspeed_file_never_runs(two_iterations, tmp_pat
 
 def test_resume_passes_over_a_crafted_checkpoint_and_keeps_the_metrics(two_iterations, tmp_path):
     """The newest checkpoint holds a pickle payload: it must not run; the run resumes from the one before."""
-    import subprocess
-    import sys
-
     import torch
 
     marker = tmp_path / "payload_ran"
     run = _copy_run(two_iterations, "crafted")
     torch.save({"module": _Payload(marker)}, checkpoint_dir(run, 2) / "ds" / "actor" / "mp_rank_00_model_states.pt")
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *TWO,
-                           f"run_root={two_iterations}", f"model.cache_dir={two_iterations / 'cache'}",
-                           "name=crafted", f"resume={run}"], capture_output=True, text=True, timeout=600)
+    proc = train_cli("tiny", *TWO, f"run_root={two_iterations}", f"model.cache_dir={two_iterations / 'cache'}",
+                     "name=crafted", f"resume={run}", check=False)
     assert not marker.exists()
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "passed over" in line]
@@ -227,16 +224,12 @@ def test_resume_passes_over_a_crafted_checkpoint_and_keeps_the_metrics(two_itera
 
 
 def test_resume_without_a_sound_checkpoint_is_one_line_and_touches_nothing(two_iterations):
-    import subprocess
-    import sys
-
     run = _copy_run(two_iterations, "all_damaged")
     _truncate(checkpoint_dir(run, 2) / "rng_rank0.safetensors")
     (checkpoint_dir(run, 1) / "trainer_state.json").write_text("garbage")
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *TWO,
-                           f"run_root={two_iterations}", f"model.cache_dir={two_iterations / 'cache'}",
-                           "name=all_damaged", f"resume={run}"], capture_output=True, text=True, timeout=300)
+    proc = train_cli("tiny", *TWO, f"run_root={two_iterations}", f"model.cache_dir={two_iterations / 'cache'}",
+                     "name=all_damaged", f"resume={run}", timeout=300, check=False)
     lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("[")]
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "iter_000002" in lines[0] and "iter_000001" in lines[0] and "trainer_state.json" in lines[0]

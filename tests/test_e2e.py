@@ -8,6 +8,7 @@ import sys
 import pytest
 import yaml
 
+from helpers import train_cli
 from verlog.config import load_recipe
 from verlog.logging import read_metrics
 
@@ -20,11 +21,8 @@ SMALL = [
 
 
 def train(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run ``verlog-train tiny <args>`` in a subprocess and check it succeeded."""
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *args],
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    """Run ``verlog-train tiny <args>`` in a subprocess (one thread) and check it succeeded."""
+    return train_cli("tiny", *args, timeout=timeout)
 
 
 def short_run(tmp_path, name: str, *extra: str) -> list[dict]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import train_cli
 from verlog.batch import ScoredBatch, TurnBatch
 from verlog.cli import plot_main
 from verlog.gae_figures import (
@@ -174,11 +175,7 @@ TINY = [
 def tiny_run(tmp_path_factory) -> Path:
     """One short tiny-model run with dumped batches (shared by the tests below)."""
     root = tmp_path_factory.mktemp("gae_runs")
-    proc = subprocess.run(
-        [sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *TINY,
-         f"run_root={root}", f"model.cache_dir={root / 'cache'}", "name=tiny"],
-        capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_cli("tiny", *TINY, f"run_root={root}", f"model.cache_dir={root / 'cache'}", "name=tiny")
     return root / "tiny"
 
 

@@ -1,12 +1,11 @@
 """The main claim, as a test: the default recipe's agent learns easy_goto (a few minutes on 2 cores)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import train_cli
 from verlog.logging import read_metrics
 
 
@@ -25,9 +24,7 @@ def training_summary(run: Path) -> str:
 def test_tiny_recipe_learns_easy_goto(tmp_path):
     args = [f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=learn", "eval.episodes=50",
             "logging.progress=false"]
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *args],
-                          capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_cli("tiny", *args, timeout=1500)
     result = json.loads((tmp_path / "learn" / "eval.json").read_text())
     before = result["untrained"]["greedy"]["success_mean"]
     after = result["trained"]["greedy"]["success_mean"]

@@ -2,11 +2,10 @@
 learns easy_goto, i.e. ends clearly above the untrained policy (10.4 minutes on 1 loaded core here)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from helpers import train_cli
 from test_learning import training_summary
 from verlog.config import load_recipe
 from verlog.lora import is_adapter_dir
@@ -15,10 +14,8 @@ from verlog.lora import is_adapter_dir
 @pytest.mark.slow
 def test_tiny_lora_recipe_learns_easy_goto(tmp_path):
     args = [f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=lora", "eval.episodes=50",
-            "logging.progress=false", "threads=1"]
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny_lora", *args],
-                          capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+            "logging.progress=false"]
+    train_cli("tiny_lora", *args, timeout=1500)
     run = tmp_path / "lora"
     final = run / "checkpoints" / f"iter_{load_recipe('tiny_lora').iterations:06d}"
     assert is_adapter_dir(final / "actor") and is_adapter_dir(final / "critic")  # trained through adapters

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import train_cli
 from verlog.logging import read_metrics
 
 #: The run: the tiny recipe's pipeline on SmolLM2 with the GPU recipes' choices (LoRA, vLLM, ZeRO-2,
@@ -49,9 +50,7 @@ def test_auto_cpu_kv_cache_is_a_tenth_of_free_memory_within_bounds():
 
 def _train(*args: str) -> tuple[subprocess.CompletedProcess, float]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", "from verlog.cli import train_main; train_main()", "tiny", *args],
-                          capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = train_cli("tiny", *args, timeout=1800)
     return proc, time.perf_counter() - start
 
 
