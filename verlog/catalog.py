@@ -14,8 +14,8 @@ import difflib
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["ALGORITHM_TRAITS", "AGENT_TASK_NAMES", "AlgorithmTraits", "CREDIT_MODES", "ENV_TASKS", "REPLY_PREFIX",
-           "TIDY_TEXT_FAMILIES",
+__all__ = ["ALGORITHM_TRAITS", "AGENT_TASK_NAMES", "AlgorithmTraits", "CREDIT_MODES", "ENV_TASKS", "MIXTURE_TASKS",
+           "REPLY_PREFIX", "TIDY_TEXT_FAMILIES",
            "env_names", "did_you_mean"]
 
 #: every task of every environment family, ``<family>/<task>`` (the names of :func:`verlog.envs.list_envs`)
@@ -39,7 +39,7 @@ ENV_TASKS: dict[str, tuple[str, ...]] = {
         'two_room-maybe_break_stop-goto_win-distr_obj_rule', 'two_room-maybe_break_stop-goto_win-distr_rule',
     ),
     "babyai": (
-        'easy_goto', 'goto', 'goto_local', 'open', 'open_door_color', 'pick_up_seq_go_to', 'pickup',
+        'balrog_mix', 'easy_goto', 'goto', 'goto_local', 'open', 'open_door_color', 'pick_up_seq_go_to', 'pickup',
         'pickup_loc', 'pickup_then_goto_local', 'putnext', 'putnext_local',
     ),
     "crafter": (
@@ -81,6 +81,12 @@ ALGORITHM_TRAITS: dict[str, AlgorithmTraits] = {
     "reinforce_pp_baseline": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
     "dapo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
     "gspo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
+}
+
+#: the task mixtures (:class:`verlog.envs.mixture.TaskMixture`) -> the tasks they draw from, in order
+#: (``env.task_weights`` names some of them)
+MIXTURE_TASKS: dict[str, tuple[str, ...]] = {
+    "babyai/balrog_mix": ("babyai/goto", "babyai/pickup", "babyai/open", "babyai/putnext", "babyai/pick_up_seq_go_to"),
 }
 
 #: the families whose environments also offer ``env.text_style=tidy`` (the others have BALROG's text only)

@@ -212,6 +212,8 @@ def read_rank_state(ckpt: Path, rank: int) -> dict[str, Any]:
     for key, kind in (("collector", dict), ("recent_success", list), ("turns_done", int), ("skipped_steps", dict)):
         if not isinstance(state.get(key), kind):
             raise CheckpointError(f"{path.name}: {key} is not {kind.__name__}")
+    if not isinstance(state.get("recent_success_by_task", {}), dict):  # absent before task mixtures
+        raise CheckpointError(f"{path.name}: recent_success_by_task is not dict")
     return state
 
 

@@ -12,13 +12,13 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional, get_type_hints
+from typing import Any, Dict, List, Optional, get_type_hints
 
 import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verlog.catalog import TIDY_TEXT_FAMILIES
+from verlog.catalog import MIXTURE_TASKS, TIDY_TEXT_FAMILIES
 from verlog.config_validate import first_problem
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
@@ -88,6 +88,9 @@ class EnvConfig:
     """The training environments."""
 
     task: str = _f("babyai/easy_goto", "registered text environment, e.g. babyai/goto")
+    task_weights: Dict[str, float] = _f(
+        {}, "task mixtures (babyai/balrog_mix): sampling weight per task name, e.g. {babyai/open: 2}; tasks not "
+        "named weigh 1, weight 0 leaves a task out ({}: all equal)")
     num_envs: int = _f(16, "parallel environments N (per data-parallel rank)")
     vector_mode: str = _f("async", "gymnasium vector env: async (subprocesses) or sync")
     format_penalty: float = _f(-0.1, "added to the reward of a step whose reply was not a valid action")
@@ -118,6 +121,8 @@ class EnvConfig:
             kwargs.update(distance_shaping=self.distance_shaping, shaping_gamma=shaping_gamma)
         if self.max_steps is not None:
             kwargs["max_steps"] = self.max_steps
+        if self.task_weights and self.task in MIXTURE_TASKS:  # an evaluation of one of its tasks has no weights
+            kwargs["task_weights"] = dict(self.task_weights)
         if self.instruction_style != "full":
             kwargs["instruction_style"] = self.instruction_style
         if self.text_style != "balrog" and self.task.partition("/")[0] in TIDY_TEXT_FAMILIES:

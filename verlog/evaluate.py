@@ -113,6 +113,9 @@ class EvalResult:
     """Outcome of the evaluation of one task.
 
     ``success_se`` and ``progression_se`` are BALROG's standard errors: population std / sqrt(n).
+    ``per_task`` breaks a task mixture's episodes down by the task each one drew (task name ->
+    ``episodes``, ``success_mean``, ``success_se``, ``progression_mean``, ``progression_se``, in order
+    of first appearance); it is empty when every episode ran ``task`` itself.
     """
 
     task: str
@@ -125,6 +128,7 @@ class EvalResult:
     return_mean: float
     length_mean: float
     invalid_action_rate: float
+    per_task: dict[str, dict[str, float]] = field(default_factory=dict)
     per_episode: list[EpisodeRecord] = field(default_factory=list)
 
     @classmethod
@@ -140,18 +144,29 @@ class EvalResult:
         success_m, success_se = mean_and_se([float(r.success) for r in records])
         prog_m, prog_se = mean_and_se([r.progression for r in records])
         steps = sum(r.length for r in records)
+        by_task: dict[str, list[EpisodeRecord]] = {}
+        for r in records:
+            by_task.setdefault(r.task or task, []).append(r)
+        per_task = {}
+        if set(by_task) != {task}:
+            for name, rs in by_task.items():
+                m, se = mean_and_se([float(r.success) for r in rs])
+                pm, pse = mean_and_se([r.progression for r in rs])
+                per_task[name] = {"episodes": len(rs), "success_mean": m, "success_se": se,
+                                  "progression_mean": pm, "progression_se": pse}
         return cls(
             task=task, episodes=len(records), greedy=greedy,
             success_mean=success_m, success_se=success_se, progression_mean=prog_m, progression_se=prog_se,
             return_mean=sum(r.episode_return for r in records) / len(records),
             length_mean=steps / len(records),
             invalid_action_rate=sum(r.invalid_actions for r in records) / max(steps, 1),
-            per_episode=records,
+            per_task=per_task, per_episode=records,
         )
 
     def summary(self) -> dict[str, Any]:
-        """Everything but the per-episode list."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "per_episode"}
+        """Everything but the per-episode list (and ``per_task`` when it is empty)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name != "per_episode" and not (f.name == "per_task" and not self.per_task)}
 
 
 def evaluate(

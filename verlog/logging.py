@@ -34,7 +34,8 @@ def progress_postfix(metrics: dict[str, Any]) -> dict[str, str]:
     """The progress bar's figures from one metrics row (keys absent or None are left out).
 
     The recent success reads ``"<rate> (<n> eps)"`` with ``n`` the finished episodes it averages
-    (``episode/recent_episodes``, at most 100).
+    (``episode/recent_episodes``, at most 100); a task mixture adds each task's recent success under
+    the last part of its name (``task/babyai/open/success_recent100`` shows as ``open``).
     """
     postfix = {}
     for key, label, fmt in (("turns_per_second", "turns/s", "{:.0f}"),
@@ -47,6 +48,9 @@ def progress_postfix(metrics: dict[str, Any]) -> dict[str, str]:
     episodes = metrics.get("episode/recent_episodes")
     if "success" in postfix and episodes is not None:
         postfix["success"] += f" ({int(episodes)} eps)"
+    for key, value in metrics.items():
+        if key.startswith("task/") and key.endswith("/success_recent100") and value is not None:
+            postfix[key.split("/")[-2]] = f"{value:.2f}"
     return postfix
 
 

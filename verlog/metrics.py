@@ -10,6 +10,9 @@ key (prefix)                        meaning
 ``episode/*``                       episodes that finished in this batch: return, length, success,
                                     progression, truncated fraction; ``success_recent100`` over the
                                     last 100 finished episodes, ``recent_episodes`` how many that is
+``task/<task>/*``                   a task mixture's tasks (:mod:`verlog.envs.mixture`), each: its
+                                    episodes finished in this batch (``episodes``), their ``success``,
+                                    and ``success_recent100`` over its own last 100
 ``rollout/*``                       invalid-reply rate, turns, replies cut at ``max_response_tokens``,
                                     response length, reward, and the largest gap between behaviour and
                                     old logprobs (0 when the engine and the actor agree)
@@ -36,9 +39,9 @@ from verlog.algos.stats import explained_variance
 from verlog.batch import TurnBatch
 from verlog.config import TrainConfig, to_dict
 from verlog.logging import MetricLogger
-from verlog.rollout.records import CollectStats
+from verlog.rollout.records import CollectStats, EpisodeRecord
 
-__all__ = ["PhaseTimes", "iteration_metrics", "make_logger", "mean"]
+__all__ = ["PhaseTimes", "SuccessWindows", "iteration_metrics", "make_logger", "mean"]
 
 
 def make_logger(cfg: TrainConfig, run_dir: Path, start_iteration: int) -> MetricLogger:
@@ -70,8 +73,54 @@ def mean(xs: list[float]) -> float:
     return float(sum(xs) / len(xs)) if xs else math.nan
 
 
+class SuccessWindows:
+    """The success of the last ``size`` finished episodes, overall and per task (episodes whose record
+    names a task: a task mixture's), carried across iterations and checkpoints.
+
+    Attributes:
+        overall: 1.0/0.0 per episode, oldest first, at most ``size``.
+        by_task: task name -> its own window, in the order tasks were first seen.
+    """
+
+    def __init__(self, size: int = 100) -> None:
+        self.size = size
+        self.overall: deque[float] = deque(maxlen=size)
+        self.by_task: dict[str, deque[float]] = {}
+
+    def add(self, episodes: list[EpisodeRecord]) -> None:
+        """Append each episode's success to the overall window and to its task's."""
+        for e in episodes:
+            self.overall.append(float(e.success))
+            if e.task:
+                self.by_task.setdefault(e.task, deque(maxlen=self.size)).append(float(e.success))
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"recent_success": [...], "recent_success_by_task": {task: [...]}}`` (JSON types)."""
+        return {"recent_success": list(self.overall),
+                "recent_success_by_task": {task: list(w) for task, w in self.by_task.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (``recent_success_by_task`` may be absent: older checkpoints)."""
+        self.overall.clear()
+        self.overall.extend(float(x) for x in state["recent_success"])
+        self.by_task = {str(task): deque((float(x) for x in w), maxlen=self.size)
+                        for task, w in state.get("recent_success_by_task", {}).items()}
+
+
+def task_metrics(episodes: list[EpisodeRecord], windows: SuccessWindows) -> dict[str, float]:
+    """The ``task/<task>/*`` keys (see the module docstring) for every task ``windows`` has seen;
+    ``success`` is NaN (logged as null) for a task with no episode finished in this batch."""
+    out: dict[str, float] = {}
+    for task, window in windows.by_task.items():
+        done = [float(e.success) for e in episodes if e.task == task]
+        out[f"task/{task}/episodes"] = len(done)
+        out[f"task/{task}/success"] = mean(done)
+        out[f"task/{task}/success_recent100"] = mean(list(window))
+    return out
+
+
 def iteration_metrics(*, iteration: int, phase: str, turns_done: int, turns_all_ranks: int, batch: TurnBatch,
-                      stats: CollectStats, recent_success: deque[float], old_logprobs: torch.Tensor | None,
+                      stats: CollectStats, recent_success: SuccessWindows, old_logprobs: torch.Tensor | None,
                       values: torch.Tensor | None, returns: torch.Tensor | None, update: dict[str, float],
                       times: dict[str, float]) -> dict[str, Any]:
     """The ``metrics.jsonl`` row of one iteration (see the module docstring for the keys).
@@ -82,7 +131,7 @@ def iteration_metrics(*, iteration: int, phase: str, turns_done: int, turns_all_
         turns_done: turns collected by all ranks so far, this iteration's included.
         turns_all_ranks: turns collected by all ranks in this iteration.
         batch: this rank's batch; ``stats``: its collection statistics.
-        recent_success: the success window; this batch's finished episodes are appended to it.
+        recent_success: the success windows; this batch's finished episodes are added to them.
         old_logprobs: [T, N, R] the actor's logprobs before the update, or None when not scored.
         values, returns: [T, N, R] the critic's values and targets, or None without a critic.
         update: the update's metrics (or the reason it was skipped).
@@ -91,8 +140,7 @@ def iteration_metrics(*, iteration: int, phase: str, turns_done: int, turns_all_
     mask = batch.response_mask
     real = batch.turns
     eps = stats.episodes
-    for e in eps:
-        recent_success.append(float(e.success))
+    recent_success.add(eps)
     valid_lp = mask & torch.isfinite(batch.behaviour_logprobs)
     old_lp = old_logprobs if old_logprobs is not None else batch.behaviour_logprobs  # not scored
     lp_diff = (batch.behaviour_logprobs - old_lp).abs()[valid_lp]
@@ -105,8 +153,8 @@ def iteration_metrics(*, iteration: int, phase: str, turns_done: int, turns_all_
         "episode/length": mean([e.length for e in eps]),
         "episode/success": mean([float(e.success) for e in eps]),
         "episode/progression": mean([e.progression for e in eps]),
-        "episode/success_recent100": mean(list(recent_success)),
-        "episode/recent_episodes": len(recent_success),
+        "episode/success_recent100": mean(list(recent_success.overall)),
+        "episode/recent_episodes": len(recent_success.overall),
         "episode/truncated_fraction": mean([float(e.truncated) for e in eps]),
         "rollout/invalid_action_rate": stats.invalid_actions / max(stats.turns, 1),
         "rollout/turns": stats.turns,
@@ -120,6 +168,7 @@ def iteration_metrics(*, iteration: int, phase: str, turns_done: int, turns_all_
         "prompt/trimmed_observation_tokens": stats.trimmed_observation_tokens,
         "env/faults": stats.env_faults,
         "env/restarts": stats.env_restarts,
+        **task_metrics(eps, recent_success),
         **update,
         **{f"time/{k}": v for k, v in times.items()},
     }

@@ -21,7 +21,8 @@ import os
 import sys
 from pathlib import Path
 
-from verlog.catalog import AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, REPLY_PREFIX, did_you_mean, env_names
+from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, MIXTURE_TASKS, REPLY_PREFIX, did_you_mean,
+                            env_names)
 from verlog.config import ConfigError, TrainConfig
 
 __all__ = ["check_algorithm", "check_buildable", "check_distance_shaping", "check_gpus", "check_memory_type",
@@ -108,6 +109,28 @@ def check_distance_shaping(cfg: TrainConfig) -> None:
         env.close()
 
 
+def check_task_weights(cfg: TrainConfig) -> None:
+    """``env.task_weights`` (when set) weighs the tasks of a task mixture: ``env.task`` must be one
+    (:data:`verlog.catalog.MIXTURE_TASKS`) and the weights must name its tasks, be finite, non-negative
+    and not all zero (:func:`verlog.envs.mixture.mixture_weights`, imported only then).
+
+    Raises:
+        ConfigError: one line naming ``env.task_weights``.
+    """
+    if not cfg.env.task_weights or cfg.agent.loop != "env":
+        return
+    tasks = MIXTURE_TASKS.get(cfg.env.task)
+    if tasks is None:
+        raise ConfigError(f"env.task_weights: {cfg.env.task} is not a task mixture (those are "
+                          f"{', '.join(sorted(MIXTURE_TASKS))}); leave the weights empty")
+    from verlog.envs.mixture import mixture_weights
+
+    try:
+        mixture_weights(tasks, cfg.env.task_weights)
+    except ValueError as exc:
+        raise ConfigError(f"env.task_weights: {exc}") from None
+
+
 def check_reply_prefix(cfg: TrainConfig) -> None:
     """Check that ``memory.reply_prefix`` (when set) is used: only the memory of text environments
     builds prompts with it (the tool loop and the proxy render their own conversations), and a format
@@ -155,7 +178,8 @@ def check_buildable(cfg: TrainConfig) -> None:
         ConfigError: one line naming the first offending key: ``agent.credit`` not a credit mode of
             :mod:`verlog.proxy.adapter`, ``env.task`` not a registered environment, ``agent.task`` not
             a tool task of :mod:`verlog.agent.tasks`, ``agent.agent`` not a loadable function,  a
-            ``memory.reply_prefix`` that :func:`check_reply_prefix` refuses, a ``memory.type`` that
+            ``memory.reply_prefix`` that :func:`check_reply_prefix` refuses, ``env.task_weights`` that
+            :func:`check_task_weights` refuses, a ``memory.type`` that
             :func:`check_memory_type` refuses, or ``model.trainable_layers``
             beyond the model's layers (:func:`check_trainable_layers`).
     """
@@ -168,6 +192,7 @@ def check_buildable(cfg: TrainConfig) -> None:
     if cfg.agent.loop == "env" and cfg.env.task not in _env_names():
         raise ConfigError(f"env.task: expected a registered environment <family>/<task>, got {cfg.env.task!r}"
                           f"{did_you_mean(cfg.env.task, _env_names())}")
+    check_task_weights(cfg)
     if cfg.agent.loop != "env" and cfg.agent.task not in AGENT_TASK_NAMES:
         raise ConfigError(f"agent.task: expected one of {', '.join(sorted(AGENT_TASK_NAMES))}, got {cfg.agent.task!r}"
                           f"{did_you_mean(cfg.agent.task, AGENT_TASK_NAMES)}")

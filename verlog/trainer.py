@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections import deque
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from verlog.config import ConfigError, TrainConfig, to_dict
 from verlog.engine_lifecycle import RolloutLifecycle, make_rollout_engine
 from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
-from verlog.metrics import PhaseTimes, iteration_metrics, make_logger
+from verlog.metrics import PhaseTimes, SuccessWindows, iteration_metrics, make_logger
 from verlog.models import load_tokenizer
 from verlog.preflight import check_buildable, check_distance_shaping, check_state_keys
 from verlog.resume import StopSignals, load_rng_states, truncate_metrics
@@ -129,7 +128,7 @@ class Trainer:
                                         seed=cfg.seed * 100_003 + self.rank * 1009)
         # carried from iteration to iteration, and into checkpoints
         self.turns_done = self.start_iteration * self.turns_per_batch * self.world
-        self.recent_success: deque[float] = deque(maxlen=100)
+        self.recent_success = SuccessWindows(100)
         self.skipped = SkippedSteps(cfg.deepspeed.zero_stage)
         self.update_rng = torch.Generator().manual_seed(cfg.seed + 7 * self.rank)
         self.stop_signals = StopSignals()  # SIGINT/SIGTERM during train(): stop after the iteration
@@ -276,13 +275,15 @@ class Trainer:
     def _evaluate(self, label: str, logger: MetricLogger | None, phase: str) -> None:
         for greedy in (True, False):
             r = self.run_eval(label, greedy=greedy, logger=logger, phase=phase)
+            tasks = "".join(f"; {name} {t['success_mean']:.2f} ± {t['success_se']:.2f} ({t['episodes']})"
+                            for name, t in r.per_task.items())
             self._say(logger, f"{label} policy ({'greedy' if greedy else 'sampled'}): success "
-                              f"{r.success_mean:.3f} ± {r.success_se:.3f} over {r.episodes} episodes")
+                              f"{r.success_mean:.3f} ± {r.success_se:.3f} over {r.episodes} episodes{tasks}")
 
     # ------------------------------------------------------------------ checkpoints and exact resume
     def save_checkpoint(self, iteration: int) -> Path:
         """Write ``checkpoints/iter_<k>/`` atomically (:func:`~verlog.checkpointing.save_checkpoint`)."""
-        rank_state = {"collector": self.collector.state_dict(), "recent_success": list(self.recent_success),
+        rank_state = {"collector": self.collector.state_dict(), **self.recent_success.state_dict(),
                       "turns_done": self.turns_done, "skipped_steps": dict(self.skipped.counts)}
         trainer_state = {"iteration": iteration, "world_size": self.world, "eval_results": self.eval_results,
                          "config": to_dict(self.cfg)}
@@ -297,7 +298,7 @@ class Trainer:
         """Restore this rank's collector (replaying in-flight episodes), counters and RNG states."""
         state = read_rank_state(ckpt, self.rank)
         self.collector.load_state_dict(state["collector"])
-        self.recent_success.extend(float(x) for x in state["recent_success"])
+        self.recent_success.load_state_dict(state)
         self.turns_done = int(state["turns_done"])
         self.skipped = SkippedSteps(self.cfg.deepspeed.zero_stage,
                                              {k: int(v) for k, v in state["skipped_steps"].items()})

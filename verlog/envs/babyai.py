@@ -24,7 +24,9 @@ Registered tasks (see :data:`BABYAI_TASKS`): BALROG's five, ``babyai/goto``, ``b
 BALROG's for the same seed: :class:`~verlog.envs.babyai_levels.BalrogLocalLevel`); harder levels under
 names that say what they are, ``babyai/goto_local``, ``babyai/pickup_loc``, ``babyai/open_door_color``,
 ``babyai/putnext_local``, ``babyai/pickup_then_goto_local`` (what the first five names ran before they
-became BALROG's); and ``babyai/easy_goto``.
+became BALROG's); ``babyai/easy_goto``; and ``babyai/balrog_mix``, a
+:class:`~verlog.envs.mixture.TaskMixture` of BALROG's five that draws the task per episode (uniformly,
+or by ``task_weights``), as BALROG's mixed generator draws the mission kind.
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ import numpy as np
 from minigrid.core.actions import Actions
 from minigrid.minigrid_env import MiniGridEnv
 
+from verlog.catalog import MIXTURE_TASKS
 from verlog.envs.babyai_levels import BALROG_KINDS, BalrogLocalLevel, PickupThenGoToLocal
 from verlog.envs.babyai_text import TEXT_STYLES, describe_view, render_view
 from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.options import instruction_builder, task_entry
+from verlog.envs.mixture import make_task_mixture
 from verlog.envs.registry import register
 from verlog.envs.shaping import potential_shaping
 
@@ -399,3 +403,6 @@ def make_babyai(
 
 for _task in BABYAI_TASKS:
     register(f"babyai/{_task}", functools.partial(make_babyai, _task))
+# BALROG's five tasks in one env, the task drawn per episode (``task_weights`` may reweigh them).
+assert MIXTURE_TASKS["babyai/balrog_mix"] == tuple(f"babyai/{kind}" for kind in BALROG_KINDS)
+register("babyai/balrog_mix", functools.partial(make_task_mixture, MIXTURE_TASKS["babyai/balrog_mix"]))

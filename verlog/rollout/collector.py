@@ -126,7 +126,8 @@ class FixedTurnCollector:
 
         Keys: ``started``; ``next_episode_id``; per env (lists of N): ``episode_ids``, ``returns``
         (float, reward so far), ``lengths`` (turns so far), ``invalid`` (invalid replies so far),
-        ``observations`` (current observation), ``memories`` (memory states) and ``envs`` (episode
+        ``observations`` (current observation), ``tasks`` (the running episode's task, ``""`` unless
+        the env is a task mixture), ``memories`` (memory states) and ``envs`` (episode
         seed and replies since its reset, see :func:`verlog.envs.replay.env_states`; ``None``
         before the first collection).
         """
@@ -138,6 +139,7 @@ class FixedTurnCollector:
             "lengths": [s.length for s in self.slots],
             "invalid": [s.invalid_actions for s in self.slots],
             "observations": [s.observation for s in self.slots],
+            "tasks": [s.task for s in self.slots],
             "memories": [m.state_dict() for m in self.memories],
             "envs": env_states(self.venv) if self._started else None,
         }
@@ -160,6 +162,7 @@ class FixedTurnCollector:
             slot.length = int(state["lengths"][n])
             slot.invalid_actions = int(state["invalid"][n])
             slot.observation = str(state["observations"][n])
+            slot.task = str(state.get("tasks", [""] * self.num_envs)[n])  # absent in older checkpoints
         self._started = bool(state["started"])
         if self._started:
             self.venv.reset(seed=self.seed)

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol, Sequ
 
 from verlog.envs import make_env
 from verlog.envs.faults import count_faults
+from verlog.envs.mixture import TASK_INFO_KEY
 from verlog.envs.vector import final_infos, final_observations, split_infos
 from verlog.memory import Memory, TurnOutcome, join_reply
 from verlog.rollout.engine import Generation, RolloutEngine, SamplingParams
@@ -110,10 +111,13 @@ class Slot:
 
     def begin(self, episode_id: int, observation: str, info: dict[str, Any], *, task: str = "",
               seed: int | None = None) -> None:
-        """Start episode ``episode_id`` from its first observation and reset info (memory included)."""
+        """Start episode ``episode_id`` from its first observation and reset info (memory included).
+
+        The episode's task is ``info["task"]`` when the env reports one (a task mixture's drawn task,
+        :class:`~verlog.envs.mixture.TaskMixture`), else ``task``."""
         if self.memory is not None:
             self.memory.start_episode(info["instruction"], observation, info["context"])
-        self.episode_id, self.task, self.seed = episode_id, task, seed
+        self.episode_id, self.task, self.seed = episode_id, info.get(TASK_INFO_KEY, task), seed
         self.observation, self.info = observation, info
         self.episode_return, self.length, self.invalid_actions = 0.0, 0, 0
         self.turns = [] if self.record_turns else None
@@ -346,7 +350,7 @@ def run_episodes(
             replies = policy.act([s.memory for s in slots], [s.info for s in slots], [spec for _, spec, _ in running],
                                  turn)
             turn += 1
-            steps = (env_step(envs[(s.index, s.task)], reply) for s, reply in zip(slots, replies))
+            steps = (env_step(envs[(s.index, spec.task)], reply) for (_, spec, s), reply in zip(running, replies))
             for (order, spec, _), outcome in zip(running, play_turn(slots, replies, steps)):
                 if outcome.record is None:
                     continue
