@@ -1,17 +1,22 @@
 """Potential-based distance shaping: the formula on hand-worked numbers and against its telescoping
-sum, the BabyAI potential measured independently from the grid, and where the shaping applies
-(training envs only, single-object missions, one line for a task that has none)."""
+sum, the BabyAI potential measured independently from the grid and the mission's words and along
+the BabyAI bot's solutions, and where the shaping applies (training envs only, one line for a task
+that has none)."""
 
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
+from minigrid.envs.babyai.core.verifier import AndInstr, GoToInstr, ObjDesc
+from minigrid.utils.baby_ai_bot import BabyAIBot
 from helpers import face_from_distance, red_ball
 
 from verlog.config import ConfigError, load_recipe
 from verlog.envs import make_env
-from verlog.envs.babyai import target_distance
+from verlog.envs.babyai import BABYAI_ACTIONS
+from verlog.envs.babyai_distance import mission_distance
 from verlog.envs.shaping import potential_shaping
 from verlog.preflight import check_distance_shaping
 
@@ -49,22 +54,73 @@ def test_babyai_potential_is_the_grid_distance_to_the_missions_object():
     env = make_env("babyai/easy_goto")
     for seed in range(5):
         env.reset(seed=seed)
-        assert target_distance(env.minigrid) == _distance_by_scan(env)
+        assert mission_distance(env.minigrid) == _distance_by_scan(env)
     env.reset(seed=5)
     face_from_distance(env, red_ball(env), 4)
-    assert target_distance(env.minigrid) == 4
+    assert mission_distance(env.minigrid) == 4
 
 
-@pytest.mark.parametrize("task, target", [("goto", "key ball box"), ("pickup", "key ball box"), ("open", "door")])
-def test_on_balrogs_levels_the_potential_measures_to_the_one_target(task, target):
-    # BALROG's goto and pickup hold one object, open one door (the locked one): the distance is to it.
+def _cells_of(env, kind: str, color: str | None) -> list[tuple[int, int]]:
+    grid = env.minigrid.grid
+    return [(x, y) for x in range(grid.width) for y in range(grid.height)
+            if (c := grid.get(x, y)) is not None and c.type == kind and color in (None, c.color)]
+
+
+def _d(a, b) -> int:
+    return abs(a[0] - b[0]) + abs(a[1] - b[1])
+
+
+def _distance_from_the_mission_words(env) -> int:
+    """The reset distance of BALROG's five tasks from the mission text and a scan of the grid (each
+    level holds one object per description): the independent reference of mission_distance."""
+    mission, agent = env.minigrid.mission, tuple(int(v) for v in env.minigrid.agent_pos)
+    obj = r"(?:the|a) (\w+) (\w+)"
+    if m := re.fullmatch(f"(?:go to|pick up) {obj}", mission):
+        (x,) = _cells_of(env, m[2], m[1])
+        return _d(agent, x)
+    if m := re.fullmatch(r"open the (?:(\w+) )?door", mission):
+        (door,) = _cells_of(env, "door", m[1])
+        color = env.minigrid.grid.get(*door).color
+        (key,) = _cells_of(env, "key", color)  # the door is locked and its key lies in the agent's room
+        return _d(agent, key) + _d(key, door)
+    if m := (re.fullmatch(f"put {obj} next to {obj}", mission) or re.fullmatch(f"pick up {obj}, then go to {obj}",
+                                                                                mission)):
+        xs, ys = _cells_of(env, m[2], m[1]), _cells_of(env, m[4], m[3])
+    else:
+        m = re.fullmatch(f"go to {obj} after you pick up {obj}", mission)
+        ys, xs = _cells_of(env, m[2], m[1]), _cells_of(env, m[4], m[3])
+    # X and Y may look alike: then X's own cell is a Y too (the go-to verifier checks the cells its
+    # objects had at reset), and the walk on from X is 0
+    return min(_d(agent, x) + _d(x, y) for x in xs for y in ys)
+
+
+@pytest.mark.parametrize("task", ["goto", "pickup", "open", "putnext", "pick_up_seq_go_to"])
+def test_on_balrogs_levels_the_distance_follows_the_missions_stages(task):
     env = make_env(f"babyai/{task}")
-    for seed in range(10):
+    for seed in range(25):
         env.reset(seed=seed)
-        grid, (ax, ay) = env.minigrid.grid, env.minigrid.agent_pos
-        (tx, ty), = [(x, y) for x in range(grid.width) for y in range(grid.height)
-                     if (c := grid.get(x, y)) is not None and c.type in target.split()]
-        assert target_distance(env.minigrid) == abs(tx - ax) + abs(ty - ay)
+        assert mission_distance(env.minigrid) == _distance_from_the_mission_words(env), env.minigrid.mission
+
+
+@pytest.mark.parametrize("task", ["goto", "pickup", "open", "putnext", "pick_up_seq_go_to", "putnext_local",
+                                  "pickup_then_goto_local", "open_door_color"])
+def test_along_the_bots_solutions_the_distance_falls_to_the_goal_without_jumps(task):
+    # One step moves the agent one cell (or picks up the object in front of it, which ends a stage one
+    # cell from where the next one is measured), so the distance changes by at most 2 per step; it
+    # ends next to the last target.
+    actions = {v: k for k, v in BABYAI_ACTIONS.items()}
+    env = make_env(f"babyai/{task}")
+    for seed in range(8):
+        env.reset(seed=seed)
+        bot, distances = BabyAIBot(env.minigrid), [mission_distance(env.minigrid)]
+        while True:
+            *_, terminated, truncated, info = env.step("ACTION: " + actions[bot.replan()])
+            if terminated or truncated:
+                break
+            distances.append(mission_distance(env.minigrid))
+        assert info["success"]
+        assert max((abs(a - b) for a, b in zip(distances, distances[1:])), default=0) <= 2, distances
+        assert distances[-1] <= 2 and min(distances) >= 0
 
 
 def test_shaped_steps_add_the_term_and_leave_success_alone():
@@ -103,23 +159,28 @@ def test_only_training_envs_are_shaped():
     assert "distance_shaping" not in load_recipe("tiny").env.env_kwargs(shaping_gamma=0.99)
 
 
-@pytest.mark.parametrize("task, message", [
-    ("babyai/putnext", "env.distance_shaping: babyai/putnext: BalrogLocalLevel's mission 'put the "),
-    ("babyai/pick_up_seq_go_to", "env.distance_shaping: babyai/pick_up_seq_go_to:"),
-    ("babyai/putnext_local", "env.distance_shaping: babyai/putnext_local: PutNext"),
-    ("babyai/pickup_then_goto_local", "env.distance_shaping: babyai/pickup_then_goto_local:"),
-    ("crafter/default", "env.distance_shaping: crafter/default has no distance shaping"),
-])
-def test_tasks_without_one_target_are_refused_in_one_line(task, message):
-    cfg = load_recipe("tiny", [f"env.task={task}", "env.distance_shaping=0.1"])
+def test_a_mission_without_a_distance_is_refused():
+    env = make_env("babyai/goto_local")
+    env.reset(seed=0)
+    level = env.minigrid
+    level.instrs = AndInstr(GoToInstr(ObjDesc("ball")), GoToInstr(ObjDesc("key")))
+    level.instrs.reset_verifier(level)
+    with pytest.raises(ValueError, match="AndInstr"):
+        mission_distance(level)
+
+
+def test_a_family_without_shaping_is_refused_in_one_line():
+    cfg = load_recipe("tiny", ["env.task=crafter/default", "env.distance_shaping=0.1"])
     with pytest.raises(ConfigError) as err:
         check_distance_shaping(cfg)
-    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    assert str(err.value).startswith("env.distance_shaping: crafter/default has no distance shaping")
+    assert "\n" not in str(err.value)
 
 
 def test_shaping_is_checked_on_the_tasks_that_have_it():
-    for task in ("babyai/goto", "babyai/pickup", "babyai/open", "babyai/goto_local", "babyai/pickup_loc",
-                 "babyai/open_door_color", "babyai/easy_goto"):
+    for task in ("babyai/goto", "babyai/pickup", "babyai/open", "babyai/putnext", "babyai/pick_up_seq_go_to",
+                 "babyai/balrog_mix", "babyai/goto_local", "babyai/pickup_loc", "babyai/open_door_color",
+                 "babyai/putnext_local", "babyai/pickup_then_goto_local", "babyai/easy_goto"):
         check_distance_shaping(load_recipe("tiny", [f"env.task={task}", "env.distance_shaping=0.1"]))
     with pytest.raises(ValueError, match="distance_shaping"):
         make_env("babyai/goto", distance_shaping=-1.0)

@@ -104,9 +104,9 @@ class EnvConfig:
         "episode truncated (None: no limit)")
     restart_attempts: int = _f(3, "rebuilds in a row of a faulty env (raised, hung, dead worker) before the run stops")
     distance_shaping: float = _f(
-        0.0, "training envs only, BabyAI go-to/pick-up/open tasks: beta of potential-based shaping (Ng et al. 1999), "
-        "each step adds gae.gamma_step*Phi(s')-Phi(s) with Phi = -beta * the agent's grid distance to the mission's "
-        "object (reward per cell; 0: off)")
+        0.0, "training envs only, BabyAI tasks: beta of potential-based shaping (Ng et al. 1999), each step adds "
+        "gae.gamma_step*Phi(s')-Phi(s) with Phi = -beta * the grid distance the mission still needs the agent to walk "
+        "(through its stages: key before locked door, object before its destination; reward per cell; 0: off)")
 
     def env_kwargs(self, *, shaping_gamma: Optional[float] = None) -> dict[str, Any]:
         """Keyword arguments of :func:`verlog.envs.make_env` for this config (defaults left out).

@@ -85,8 +85,7 @@ def check_state_keys(cfg: TrainConfig) -> None:
 
 
 def check_distance_shaping(cfg: TrainConfig) -> None:
-    """``env.distance_shaping`` needs a training env that can measure it (a BabyAI go-to, pick-up or
-    open task); builds one env of ``env.task`` with it and resets it to find out (nothing to check
+    """``env.distance_shaping`` needs a training env that can measure it (a BabyAI task); builds one env of ``env.task`` with it and resets it to find out (nothing to check
     when it is off).
 
     Raises:
@@ -99,8 +98,8 @@ def check_distance_shaping(cfg: TrainConfig) -> None:
     try:
         env = make_env(cfg.env.task, **cfg.env.env_kwargs(shaping_gamma=cfg.gae.gamma_step))
     except TypeError:
-        raise ConfigError(f"env.distance_shaping: {cfg.env.task} has no distance shaping (BabyAI's go-to, pick-up "
-                          "and open tasks have)") from None
+        raise ConfigError(f"env.distance_shaping: {cfg.env.task} has no distance shaping (BabyAI's tasks "
+                          "have)") from None
     try:
         env.reset(seed=0)
     except ValueError as exc:

@@ -15,9 +15,11 @@ given to the minigrid level (so it never truncates earlier or later than the tex
 
 Optional, for training only: ``distance_shaping`` = beta > 0 adds the potential-based shaping term
 gamma * Phi(s') - Phi(s) to every step's reward, with Phi(s) = -beta * the grid distance (|dx| + |dy|)
-from the agent to the nearest object the mission names (:func:`target_distance`;
-:func:`~verlog.envs.shaping.potential_shaping`). The positions come from the level itself, not from
-the text the agent reads. Success and progression are unaffected (they read minigrid's own reward).
+the mission still needs the agent to walk: to the object of a go-to or pick-up mission, to the door of
+an open mission (by way of its key while a locked door's key is not carried), to the object to move and
+on to the one it goes next to, through both stages of a sequence
+(:func:`~verlog.envs.babyai_distance.mission_distance`; :func:`~verlog.envs.shaping.potential_shaping`).
+The positions come from the level itself, not from the text the agent reads. Success and progression are unaffected (they read minigrid's own reward).
 
 Registered tasks (see :data:`BABYAI_TASKS`): BALROG's five, ``babyai/goto``, ``babyai/pickup``,
 ``babyai/open``, ``babyai/putnext``, ``babyai/pick_up_seq_go_to`` (BALROG's levels, the same layout as
@@ -44,6 +46,7 @@ from minigrid.core.actions import Actions
 from minigrid.minigrid_env import MiniGridEnv
 
 from verlog.catalog import MIXTURE_TASKS
+from verlog.envs.babyai_distance import mission_distance
 from verlog.envs.babyai_levels import BALROG_KINDS, BalrogLocalLevel, PickupThenGoToLocal
 from verlog.envs.babyai_text import TEXT_STYLES, describe_view, render_view
 from verlog.envs.base import TextEnv, require_episode
@@ -63,7 +66,6 @@ __all__ = [
     "build_brief_instruction",
     "describe_view",
     "make_babyai",
-    "target_distance",
 ]
 
 logger = logging.getLogger(__name__)
@@ -212,26 +214,6 @@ def _build_level(level: str | Callable[..., MiniGridEnv], max_steps: int, kwargs
     return env
 
 
-def target_distance(level: MiniGridEnv) -> int:
-    """Grid distance (|dx| + |dy|, in cells) from the agent to the nearest object its mission names.
-
-    The objects are those minigrid's verifier matched at reset (``instrs.desc.obj_poss``), so the
-    mission must name one object description: BabyAI's go-to, pick-up and open missions (``goto``,
-    ``pickup``, ``open``, ``goto_local``, ``pickup_loc``, ``open_door_color``, ``easy_goto``); a
-    sequence or put-next mission names several.
-
-    Raises:
-        ValueError: the level's mission names no single object description, or no object matches it.
-    """
-    desc = getattr(getattr(level, "instrs", None), "desc", None)
-    positions = getattr(desc, "obj_poss", None)
-    if not positions:
-        raise ValueError(f"{type(level).__name__}'s mission {getattr(level, 'mission', '?')!r} does not name one "
-                         "object to measure a distance to (go-to, pick-up and open missions do)")
-    x, y = level.agent_pos
-    return min(abs(int(px) - int(x)) + abs(int(py) - int(y)) for px, py in positions)
-
-
 class BabyAITextEnv(TextEnv):
     """A BabyAI level as a text env (see the module docstring for the text conventions).
 
@@ -257,7 +239,7 @@ class BabyAITextEnv(TextEnv):
     Raises:
         ValueError: unknown level id, bad ``max_steps``/``format_penalty``/``distance_shaping``/
             ``shaping_gamma``/``text_style``, or ``max_steps`` inside ``level_kwargs``; at reset, a shaped level whose
-            mission names no single object (:func:`target_distance`).
+            mission has no distance (:func:`~verlog.envs.babyai_distance.mission_distance`).
         TypeError: level kwargs the level does not accept.
     """
 
@@ -343,12 +325,12 @@ class BabyAITextEnv(TextEnv):
         self._instruction = self._build_instruction(self._mission, self.text_style)  # it states the mission
         self._success = False
         if self.distance_shaping:
-            target_distance(self.minigrid)  # a mission without one object is refused at reset, not mid-episode
+            mission_distance(self.minigrid)  # a mission without a distance is refused at reset, not mid-episode
         return render_view(obs["image"], self.text_style), {"mission": self._mission}
 
     def _potential(self) -> float:
-        """Phi of the current state: -distance_shaping x :func:`target_distance` (reward units)."""
-        return -self.distance_shaping * target_distance(self.minigrid)
+        """Phi of the current state: -distance_shaping x :func:`mission_distance` (reward units)."""
+        return -self.distance_shaping * mission_distance(self.minigrid)
 
     def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         potential = self._potential() if self.distance_shaping else 0.0
