@@ -170,3 +170,32 @@ def test_cli_random_floor_on_babyai(tmp_path):
     assert bad.returncode == 2 and "unknown suite envs" in bad.stderr and "Traceback" not in bad.stderr
     bad = subprocess.run(cmd[:4] + ["suite=balrog", "episodes_per_task=x"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "episodes_per_task" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_cli_suite_of_one_env_prints_tasks_and_references(tmp_path, capsys):
+    from helpers import cli_error_line
+    from verlog.cli import eval_main
+    from verlog.leaderboard import LEADERBOARD, RANDOM_FLOOR
+
+    out = tmp_path / "ev"
+    eval_main(["random", "suite=balrog_babyai", "episodes=2", f"out={out}", "num_envs=5", "logging.progress=false"])
+    printed = capsys.readouterr().out
+    records = read_episodes(out / "episodes.jsonl")
+    tasks = BALROG_SUITE["babyai"].tasks
+    assert sorted(r.task for r in records) == sorted(tasks * 2)  # episodes=2 counts per task
+    lines = printed.splitlines()
+    for task in tasks:
+        (line,) = [x for x in lines if x.split() and x.split()[0] == task]
+        assert line.rstrip().endswith("(2 episodes)")
+    for ref in (*LEADERBOARD["babyai"], RANDOM_FLOOR["babyai"]):
+        (line,) = [x for x in lines if x.strip().startswith(ref.name)]
+        assert f"{ref.score:.1f} %" in line
+    score = json.loads((out / "summary.json").read_text())["envs"]["babyai"]["progression"]
+    for ref in LEADERBOARD["babyai"]:  # each row says which side of this run it is
+        (line,) = [x for x in lines if x.strip().startswith(ref.name)]
+        assert line.endswith("(below this run)" if score > ref.score else "(at or above this run)")
+    assert "envs: suite=balrog_babyai already names its env" in cli_error_line(
+        eval_main, ["random", "suite=balrog_babyai", "envs=crafter"], capsys)
+    assert "suite: expected 'balrog' or 'balrog_<env>'" in cli_error_line(eval_main, ["random", "suite=chess"], capsys)
+    assert "episodes: expected a positive int" in cli_error_line(
+        eval_main, ["random", "suite=balrog_babyai", "episodes=x"], capsys)

@@ -12,7 +12,7 @@ import os
 import sys
 import textwrap
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from verlog.config import ConfigError, TrainConfig, field_docs, load_recipe, section_docs
 
@@ -125,7 +125,7 @@ _EVAL_SHORT = {"task": "env.task", "episodes": "eval.episodes", "greedy": "eval.
                "num_envs": "eval.num_envs"}
 #: verlog-eval's own keys for the BALROG suite mode (not config keys): name -> (parser, expected).
 _SUITE_KEYS = {
-    "suite": (str, "'balrog'"),
+    "suite": (str, "'balrog' or 'balrog_<env>'"),
     "envs": (lambda v: [e for e in v.split(",") if e], "a comma-separated list of suite envs"),
     "episodes_per_task": (int, "a positive int"),
     "tasks_per_env": (int, "a positive int"),
@@ -134,13 +134,32 @@ _SUITE_KEYS = {
 }
 
 
+def _suite_envs(suite_opts: dict[str, Any]) -> None:
+    """Check ``suite=`` and expand ``suite=balrog_<env>`` into ``suite=balrog envs=<env>`` (in place);
+    a bad value exits with one line naming the key."""
+    name = suite_opts.get("suite")
+    if name is None:
+        _fail(f"suite: expected 'balrog' or 'balrog_<env>' with {sorted(suite_opts)}, got nothing")
+    if name == "balrog":
+        return
+    env = name.removeprefix("balrog_") if name.startswith("balrog_") else None
+    if not env:
+        _fail(f"suite: expected 'balrog' or 'balrog_<env>', got {name!r}")
+    if "envs" in suite_opts:
+        _fail(f"envs: suite={name} already names its env; use suite=balrog envs=... for several")
+    suite_opts["suite"], suite_opts["envs"] = "balrog", [env]
+
+
 def eval_main(argv: list[str] | None = None) -> None:
     """``verlog-eval <checkpoint | model dir | GGUF file | packaged model | hub id | random> [key=value ...]``.
 
     One task (default): ``task=<env/task> episodes=N greedy=true seed=S`` prints a JSON summary.
     The BALROG suite: ``suite=balrog [envs=babyai,crafter,...] [episodes_per_task=N] [tasks_per_env=K]
     [out=DIR] [record_turns=true]`` runs BALROG's protocol (see :mod:`verlog.suite`) and writes
-    ``episodes.jsonl``, ``summary.json`` and ``summary.csv`` into ``out`` (resumable).
+    ``episodes.jsonl``, ``summary.json`` and ``summary.csv`` into ``out`` (resumable);
+    ``suite=balrog_<env>`` is ``suite=balrog envs=<env>``, and in suite mode ``episodes=N`` means
+    ``episodes_per_task=N``. It prints each env's and task's score ± SE and, where known, the
+    published leaderboard rows and the random floor beside them (:mod:`verlog.leaderboard`).
     ``random`` instead of a checkpoint plays uniformly random valid actions (the floor).
 
     Uses the run's own config (``config.yaml`` beside or above the checkpoint) when there is one, so
@@ -163,9 +182,16 @@ def eval_main(argv: list[str] | None = None) -> None:
                 _fail(f"{key}: expected {expected}, got {value!r}")
             continue
         overrides.append(f"{_EVAL_SHORT.get(key, key)}={value}" if sep else item)
-    if suite_opts and suite_opts.get("suite") != "balrog":
-        _fail(f"suite: expected 'balrog' with {sorted(k for k in suite_opts if k != 'suite')}, "
-              f"got {suite_opts.get('suite')!r}")
+    if suite_opts:
+        _suite_envs(suite_opts)
+        if "episodes_per_task" not in suite_opts:  # episodes=N counts per task in suite mode
+            episodes = [item.partition("=")[2] for item in args.overrides if item.partition("=")[0] == "episodes"]
+            if episodes:
+                convert, expected = _SUITE_KEYS["episodes_per_task"]
+                try:
+                    suite_opts["episodes_per_task"] = convert(episodes[-1])
+                except ValueError:
+                    _fail(f"episodes: expected {expected}, got {episodes[-1]!r}")
     is_random = args.checkpoint == "random"
     recipe: Path | None = None
     if not is_random:
@@ -232,8 +258,15 @@ def eval_main(argv: list[str] | None = None) -> None:
                             progress=cfg.logging.progress)
     except ValueError as err:
         _fail(str(err).splitlines()[0])
+    from verlog.leaderboard import reference_lines
+
     for env_name, env in summary["envs"].items():
         print(f"{env_name:<10} {env['progression']:6.2f} % ± {env['se']:.2f}  ({env['episodes']} episodes)")
+        if len(env["tasks"]) > 1:
+            for task, t in env["tasks"].items():
+                print(f"  {task:<40} {t['progression']:6.2f} % ± {t['se']:.2f}  ({t['episodes']} episodes)")
+        for line in reference_lines(env_name, env["progression"]):
+            print(line)
     o = summary["overall"]
     print(f"{'overall':<10} {o['progression']:6.2f} % ± {o['se']:.2f}  ({o['envs']} envs)")
     print(f"written: {out}/episodes.jsonl, summary.json, summary.csv")
