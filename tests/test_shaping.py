@@ -184,3 +184,30 @@ def test_shaping_is_checked_on_the_tasks_that_have_it():
         check_distance_shaping(load_recipe("tiny", [f"env.task={task}", "env.distance_shaping=0.1"]))
     with pytest.raises(ValueError, match="distance_shaping"):
         make_env("babyai/goto", distance_shaping=-1.0)
+
+
+def test_a_carried_object_counts_as_on_the_agents_cell():
+    env = make_env("babyai/putnext")
+    env.reset(seed=0)
+    level = env.minigrid
+    instr = level.instrs
+    (moved,), (fixed,) = list(instr.desc_move.obj_set), list(instr.desc_fixed.obj_set)
+    level.grid.set(*fixed.cur_pos, None)  # the agent holds the object the other one must go next to
+    fixed.cur_pos, level.carrying = (-1, -1), fixed
+    agent = tuple(int(v) for v in level.agent_pos)
+    x = tuple(int(v) for v in moved.cur_pos)
+    assert mission_distance(level) == 2 * _d(agent, x)  # to X, and back to where Y now is
+
+
+@pytest.mark.parametrize("task", ["pickup", "open", "putnext", "pick_up_seq_go_to"])
+def test_random_play_never_leaves_the_mission_unmeasurable(task):
+    # picking up, carrying and dropping the wrong objects: every state still has a distance
+    env = make_env(f"babyai/{task}", distance_shaping=0.1, shaping_gamma=0.99)
+    rng = random.Random(task)
+    for seed in range(30):
+        env.reset(seed=seed)
+        done = False
+        while not done:
+            *_, terminated, truncated, _ = env.step("ACTION: " + rng.choice(env.valid_actions))
+            done = terminated or truncated
+            assert mission_distance(env.minigrid) >= 0

@@ -10,7 +10,7 @@ distance runs from where the previous stage ends (its target's cell) to the next
 ==========================  ================================================================================
 mission (minigrid verifier)  remaining distance from the agent's cell ``a``
 ==========================  ================================================================================
-go to X                     ``d(a, X)`` to the nearest cell X stood on at reset (the verifier's own targets)
+go to X                     ``d(a, X)`` to the nearest of the verifier's target cells for X (0 while carrying X)
 pick up X                   ``d(a, X)`` to the nearest X (its current cell); 0 while carrying an X
 open door D                 ``d(a, D)``; a locked D while the agent lacks its key: ``d(a, key) + d(key, D)``
                             via the nearest key of D's colour
@@ -18,8 +18,9 @@ put X next to Y             carrying an X: ``d(a, Y)``; else ``min d(a, X) + d(X
 A, then B / B after A       A done: B's distance; else A's distance, then B's from A's target
 ==========================  ================================================================================
 
-Picking up an object is a step of 1 cell from the cell in front of it, so the potential never jumps
-by more than a stage's own move when a stage completes.
+A carried object counts as lying on the agent's cell (carrying the wrong object of a put-next
+mission, say, leaves the mission measurable). Picking up an object is a step of 1 cell from the cell
+in front of it, so the potential never jumps by more than a stage's own move when a stage completes.
 """
 
 from __future__ import annotations
@@ -49,9 +50,16 @@ def _d(a: Cell, b: Cell) -> int:
     return abs(a[0] - b[0]) + abs(a[1] - b[1])
 
 
-def _on_grid(objs: Iterable[Any]) -> list[Any]:
-    """The objects that lie on the grid (a carried object's ``cur_pos`` is not a cell)."""
-    return [o for o in objs if o.cur_pos is not None and int(o.cur_pos[0]) >= 0]
+def _placed(objs: Iterable[Any], level: MiniGridEnv) -> list[tuple[Any, Cell]]:
+    """Each object with its cell: the one carried is where the agent is (its own ``cur_pos`` is not a
+    cell while carried); objects never placed are left out."""
+    out = []
+    for o in objs:
+        if o is level.carrying:
+            out.append((o, _cell(level.agent_pos)))
+        elif o.cur_pos is not None and int(o.cur_pos[0]) >= 0:
+            out.append((o, _cell(o.cur_pos)))
+    return out
 
 
 def _nearest(start: Cell, cells: Sequence[Cell], what: str) -> tuple[int, Cell]:
@@ -72,18 +80,19 @@ def _stage(instr: Any, level: MiniGridEnv, start: Cell) -> tuple[int, Cell]:
         d2, end = _stage(second, level, mid)
         return d1 + d2, end
     if isinstance(instr, GoToInstr):
-        return _nearest(start, [_cell(p) for p in instr.desc.obj_poss], f"'{instr.desc.surface(level)}'")
+        # the verifier's target cells; none while the agent carries the object (it must drop it first)
+        cells = [_cell(p) for p in instr.desc.obj_poss] or [c for _, c in _placed(instr.desc.obj_set, level)]
+        return _nearest(start, cells, "object to go to")
     if isinstance(instr, PickupInstr):
         if carrying is not None and carrying in instr.desc.obj_set:
             return 0, start
-        return _nearest(start, [_cell(o.cur_pos) for o in _on_grid(instr.desc.obj_set)], "object to pick up")
+        return _nearest(start, [c for _, c in _placed(instr.desc.obj_set, level)], "object to pick up")
     if isinstance(instr, OpenInstr):
         best: tuple[int, Cell] | None = None
-        for door in _on_grid(instr.desc.obj_set):
-            cell = _cell(door.cur_pos)
+        for door, cell in _placed(instr.desc.obj_set, level):
             has_key = carrying is not None and carrying.type == "key" and carrying.color == door.color
             if getattr(door, "is_locked", False) and not has_key:
-                keys = [_cell(o.cur_pos) for o in _on_grid(o for o in level.grid.grid if o is not None)
+                keys = [c for o, c in _placed((o for o in level.grid.grid if o is not None), level)
                         if o.type == "key" and o.color == door.color]
                 if not keys:
                     continue
@@ -96,11 +105,11 @@ def _stage(instr: Any, level: MiniGridEnv, start: Cell) -> tuple[int, Cell]:
             raise ValueError("no door of the mission that can be opened (a locked door needs its key on the grid)")
         return best
     if isinstance(instr, PutNextInstr):
-        fixed = [_cell(o.cur_pos) for o in _on_grid(instr.desc_fixed.obj_set)]
+        fixed = _placed(instr.desc_fixed.obj_set, level)
         if carrying is not None and carrying in instr.desc_move.obj_set:
-            return _nearest(start, fixed, "object to put the carried one next to")
-        pairs = [(_cell(m.cur_pos), _cell(f.cur_pos)) for m in _on_grid(instr.desc_move.obj_set)
-                 for f in _on_grid(instr.desc_fixed.obj_set) if m is not f]  # not next to itself
+            return _nearest(start, [c for f, c in fixed if f is not carrying], "object to put the carried one next to")
+        pairs = [(m_cell, f_cell) for m, m_cell in _placed(instr.desc_move.obj_set, level)
+                 for f, f_cell in fixed if m is not f]  # not next to itself
         if not pairs:
             raise ValueError("the objects of the put-next mission are not on the grid")
         return min((_d(start, m) + _d(m, f), f) for m, f in pairs)
