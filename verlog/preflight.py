@@ -16,7 +16,6 @@ imported only by the checks that need them: :func:`check_state_keys` and
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, MIXTURE_TASKS, REPLY_PREFIX, did_you_mean,
                             env_names)
 from verlog.config import ConfigError, TrainConfig
+from verlog.imports import module_exists
 
 __all__ = ["check_algorithm", "check_buildable", "check_distance_shaping", "check_gpus", "check_memory_type",
            "check_reply_prefix", "check_resume", "check_state_keys", "check_trainable_layers"]
@@ -211,11 +211,7 @@ def _check_agent_fn(path: str) -> None:
     before anything is imported, an existing one is imported to find the function."""
     module, _, name = path.partition(":")
     if module and name:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent package that is missing, or a malformed name
-            found = False
-        if not found:
+        if not module_exists(module):
             raise ConfigError(f"agent.agent: cannot load {path!r}: no module named {module!r}")
     from verlog.agent.loading import load_agent_fn
 

@@ -4,10 +4,10 @@ check of the memory contract that a user's class must pass before a run starts."
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 from typing import Any
 
+from verlog.imports import module_exists
 from verlog.memory.base import Memory
 from verlog.memory.summary import SummaryMemory
 from verlog.memory.window import FullMemory, NoMemory, WindowMemory
@@ -40,11 +40,7 @@ def memory_class(type_name: str) -> type:
     if not sep or not module_name or not attr.isidentifier():
         raise ValueError(f"expected one of {', '.join(MEMORY_TYPES)} or a class as module.path:ClassName, "
                          f"got {type_name!r}")
-    try:
-        found = importlib.util.find_spec(module_name) is not None
-    except (ImportError, ValueError):  # a parent package that is missing, or a malformed name
-        found = False
-    if not found:
+    if not module_exists(module_name):
         raise ValueError(f"cannot load {type_name!r}: no module named {module_name!r}")
     try:
         module = importlib.import_module(module_name)

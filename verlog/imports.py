@@ -1,0 +1,17 @@
+"""Whether a module a config names exists, found without importing it (its code does not run)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+__all__ = ["module_exists"]
+
+
+def module_exists(name: str) -> bool:
+    """Whether ``import <name>`` would find a module: :func:`importlib.util.find_spec`, which imports
+    only the parent packages of a dotted name. A missing parent package or a malformed name is
+    ``False``, never an exception."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package that is missing, or a malformed name
+        return False
