@@ -13,8 +13,8 @@ from verlog.preflight import check_buildable
 
 
 @pytest.mark.parametrize("recipe, overrides, message", [
-    ("tiny", ["env.task=babyai/nonexistent"], "env.task: expected a registered environment <family>/<task>, "
-                                               "got 'babyai/nonexistent'"),
+    ("tiny", ["env.task=babyai/nonexistent"], "env.task: expected a registered environment <family>/<task> or an "
+                                               "import path package.module:Name, got 'babyai/nonexistent'"),
     ("tiny", ["env.task=nofamily"], "env.task: expected a registered environment"),
     ("tiny", ["agent.credit=all"], "agent.credit: expected one of final, discounted, gae, got 'all'"),
     ("calculator_tools", ["agent.task=chess"], "agent.task: expected one of calculator, got 'chess'"),
@@ -46,5 +46,6 @@ def test_loading_a_config_imports_no_registry():
             "print(sorted(m for m in sys.modules if m.startswith('verlog')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    # verlog.catalog is plain data (names, no imports)
-    assert proc.stdout.split() == ["['verlog',", "'verlog.catalog',", "'verlog.config',", "'verlog.config_validate']"]
+    # verlog.catalog is plain data (names, no imports); verlog.imports checks a name's form (standard library only)
+    assert proc.stdout.split() == ["['verlog',", "'verlog.catalog',", "'verlog.config',", "'verlog.config_validate',",
+                                   "'verlog.imports']"]

@@ -14,8 +14,8 @@ import difflib
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["ALGORITHM_TRAITS", "AGENT_TASK_NAMES", "AlgorithmTraits", "CREDIT_MODES", "ENV_TASKS", "MIXTURE_TASKS",
-           "REPLY_PREFIX", "TIDY_TEXT_FAMILIES",
+__all__ = ["ALGORITHM_TRAITS", "AGENT_TASK_NAMES", "AlgorithmTraits", "CREDIT_MODES", "ENTRY_POINT_GROUP", "ENV_TASKS",
+           "MIXTURE_TASKS", "REPLY_PREFIX", "TIDY_TEXT_FAMILIES",
            "env_names", "did_you_mean"]
 
 #: every task of every environment family, ``<family>/<task>`` (the names of :func:`verlog.envs.list_envs`)
@@ -82,6 +82,9 @@ ALGORITHM_TRAITS: dict[str, AlgorithmTraits] = {
     "dapo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
     "gspo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
 }
+
+#: the entry-point group through which installed packages add environment families (:mod:`verlog.envs.registry`)
+ENTRY_POINT_GROUP = "verlog.envs"
 
 #: the task mixtures (:class:`verlog.envs.mixture.TaskMixture`) -> the tasks they draw from, in order
 #: (``env.task_weights`` names some of them)

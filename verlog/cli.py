@@ -85,13 +85,38 @@ def _use_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def _list_envs() -> None:
+    """Print every registered environment, one family per line (Verlog's and installed plugins')."""
+    from verlog.envs.registry import EnvImportError, list_envs, plugin_families
+
+    try:
+        names = list_envs()
+    except (ImportError, EnvImportError) as err:
+        _fail(str(err).splitlines()[0])
+    plugins = plugin_families()
+    by_family: dict[str, list[str]] = {}
+    for name in names:
+        by_family.setdefault(name.partition("/")[0], []).append(name.partition("/")[2])
+    for family, tasks in by_family.items():
+        origin = f" (plugin: {plugins[family].value})" if family in plugins else ""
+        print(f"{family}{origin}: {', '.join(tasks)}")
+    print("or any import path package.module:Name of a TextEnv subclass or factory")
+
+
 def train_main(argv: list[str] | None = None) -> None:
     """``verlog-train <recipe name or YAML> [key=value ...]``."""
     parser = _Parser(prog="verlog-train", description="Train an agent with turn-level PPO.",
                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_config_help())
-    parser.add_argument("recipe", help="recipe name from recipes/ (e.g. tiny) or a YAML file")
+    parser.add_argument("recipe", nargs="?", help="recipe name from recipes/ (e.g. tiny) or a YAML file")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. ppo.actor_lr=1e-5")
+    parser.add_argument("--list-envs", action="store_true",
+                        help="list every environment env.task may name (installed plugin families included) and exit")
     args = parser.parse_args(argv)
+    if args.list_envs:
+        _list_envs()
+        return
+    if args.recipe is None:
+        _fail("recipe: give a recipe name from recipes/ (e.g. tiny) or a YAML file")
     cfg = _load_config(args.recipe, args.overrides, train=True)
     _use_threads(cfg.threads)
     _quiet_libraries()

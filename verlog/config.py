@@ -18,7 +18,7 @@ import yaml
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verlog.catalog import MIXTURE_TASKS, TIDY_TEXT_FAMILIES
+from verlog.catalog import ENV_TASKS, MIXTURE_TASKS, TIDY_TEXT_FAMILIES
 from verlog.config_validate import first_problem
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
@@ -87,7 +87,11 @@ class ModelConfig:
 class EnvConfig:
     """The training environments."""
 
-    task: str = _f("babyai/easy_goto", "registered text environment, e.g. babyai/goto")
+    task: str = _f("babyai/easy_goto", "registered text environment, e.g. babyai/goto, a plugin family's task, or "
+                   "an import path package.module:Name of a TextEnv subclass or factory")
+    kwargs: Dict[str, Any] = _f(
+        {}, "extra keyword arguments of the environment's factory, e.g. a plugin game's own settings "
+        "({size: 5}); keys that other env.* keys set are refused")
     task_weights: Dict[str, float] = _f(
         {}, "task mixtures (babyai/balrog_mix): sampling weight per task name, e.g. {babyai/open: 2}; tasks not "
         "named weigh 1, weight 0 leaves a task out ({}: all equal)")
@@ -95,7 +99,8 @@ class EnvConfig:
     vector_mode: str = _f("async", "gymnasium vector env: async (subprocesses) or sync")
     format_penalty: float = _f(-0.1, "added to the reward of a step whose reply was not a valid action")
     max_steps: Optional[int] = _f(None, "episode step limit (None: BALROG's limit for the task)")
-    instruction_style: str = _f("full", "system prompt: full (BALROG's) or brief (mission + actions; for tiny models)")
+    instruction_style: str = _f("full", "system prompt: full (BALROG's) or brief (mission + actions; for tiny models); "
+                                "Verlog's own environments only (one from outside writes its own prompt)")
     text_style: str = _f("balrog", "observation text: balrog (byte for byte what BALROG's wrapper writes, its quirks "
                          "included) or tidy (Verlog's own wording; babyai/*, crafter/*, minihack/*, nle/* and textworld/* "
                          "have it, other environments have BALROG's text only and ignore the key)")
@@ -116,14 +121,14 @@ class EnvConfig:
                 given, and with ``distance_shaping`` on, the shaping's arguments are included;
                 otherwise (evaluation) they are not, so evaluation returns are the task's own.
         """
-        kwargs: dict[str, Any] = {"format_penalty": self.format_penalty}
+        kwargs: dict[str, Any] = {**self.kwargs, "format_penalty": self.format_penalty}
         if shaping_gamma is not None and self.distance_shaping:
             kwargs.update(distance_shaping=self.distance_shaping, shaping_gamma=shaping_gamma)
         if self.max_steps is not None:
             kwargs["max_steps"] = self.max_steps
         if self.task_weights and self.task in MIXTURE_TASKS:  # an evaluation of one of its tasks has no weights
             kwargs["task_weights"] = dict(self.task_weights)
-        if self.instruction_style != "full":
+        if self.instruction_style != "full" and self.task.partition("/")[0] in ENV_TASKS:  # Verlog's own envs
             kwargs["instruction_style"] = self.instruction_style
         if self.text_style != "balrog" and self.task.partition("/")[0] in TIDY_TEXT_FAMILIES:
             kwargs["text_style"] = self.text_style

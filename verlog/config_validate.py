@@ -13,7 +13,9 @@ import dataclasses
 import math
 from typing import Any, Iterator
 
-__all__ = ["AGENT_LOOPS", "INT_MAX", "MEMORY_TYPE_NAMES", "SEED_MAX", "first_problem"]
+from verlog.imports import is_import_path
+
+__all__ = ["AGENT_LOOPS", "ENV_ARGUMENTS_OF_KEYS", "INT_MAX", "MEMORY_TYPE_NAMES", "SEED_MAX", "first_problem"]
 
 AGENT_LOOPS = ("env", "tools", "proxy")
 #: The built-in ``memory.type`` names (the classes are in :data:`verlog.memory.MEMORY_TYPES`).
@@ -151,12 +153,27 @@ def _cross_field_problem(cfg: Any) -> str | None:
 def _memory_type_problem(type_name: Any) -> str | None:
     """``memory.type`` is a built-in memory or has the form ``module.path:ClassName`` (whether that
     class exists and keeps the memory contract is checked by :func:`verlog.preflight.check_memory_type`)."""
-    module, sep, attr = str(type_name).partition(":")
-    if type_name in MEMORY_TYPE_NAMES or (sep and module and attr.isidentifier()
-                                          and all(p.isidentifier() for p in module.split("."))):
+    if type_name in MEMORY_TYPE_NAMES or is_import_path(type_name):
         return None
     return (f"memory.type: expected one of {', '.join(MEMORY_TYPE_NAMES)} or a class as module.path:ClassName, "
             f"got {type_name!r}")
+
+
+#: The env factory arguments that config keys of their own set (``env.kwargs`` may not repeat them).
+ENV_ARGUMENTS_OF_KEYS = {"format_penalty": "env.format_penalty", "max_steps": "env.max_steps",
+                         "instruction_style": "env.instruction_style", "text_style": "env.text_style",
+                         "task_weights": "env.task_weights", "distance_shaping": "env.distance_shaping",
+                         "shaping_gamma": "gae.gamma_step"}
+
+
+def _env_kwargs_problem(kwargs: Any) -> str | None:
+    """``env.kwargs`` names are identifiers and none is an argument another key sets."""
+    for name in kwargs:
+        if not str(name).isidentifier():
+            return f"env.kwargs: {name!r} is not a keyword argument name"
+        if name in ENV_ARGUMENTS_OF_KEYS:
+            return f"env.kwargs: {name} is set by {ENV_ARGUMENTS_OF_KEYS[name]}; set it there"
+    return None
 
 
 def _agent_problem(cfg: Any) -> str | None:
@@ -189,7 +206,8 @@ def first_problem(cfg: Any) -> str | None:
     Returns:
         one line that starts with the offending key, or None when every rule holds.
     """
-    problem = _table_problem(cfg) or _name_problem(cfg.name) or _cross_field_problem(cfg)
+    problem = (_table_problem(cfg) or _name_problem(cfg.name) or _cross_field_problem(cfg)
+               or _env_kwargs_problem(cfg.env.kwargs))
     if problem is None and cfg.agent.loop != "env":
         problem = _agent_problem(cfg)
     if problem is None and cfg.model.lora_rank and cfg.deepspeed.zero_stage == 3:

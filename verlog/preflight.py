@@ -23,10 +23,11 @@ from pathlib import Path
 from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, MIXTURE_TASKS, REPLY_PREFIX, did_you_mean,
                             env_names)
 from verlog.config import ConfigError, TrainConfig
-from verlog.imports import module_exists
+from verlog.imports import is_import_path, module_exists
 
-__all__ = ["check_algorithm", "check_buildable", "check_distance_shaping", "check_gpus", "check_memory_type",
-           "check_reply_prefix", "check_resume", "check_state_keys", "check_trainable_layers"]
+__all__ = ["check_algorithm", "check_buildable", "check_distance_shaping", "check_env_task", "check_external_env",
+           "check_gpus", "check_memory_type", "check_reply_prefix", "check_resume", "check_state_keys",
+           "check_trainable_layers"]
 
 
 def check_algorithm(cfg: TrainConfig) -> None:
@@ -85,7 +86,8 @@ def check_state_keys(cfg: TrainConfig) -> None:
 
 
 def check_distance_shaping(cfg: TrainConfig) -> None:
-    """``env.distance_shaping`` needs a training env that can measure it (a BabyAI task); builds one env of ``env.task`` with it and resets it to find out (nothing to check
+    """``env.distance_shaping`` needs a training env that can measure it (a BabyAI task); builds one env
+    of ``env.task`` with it and resets it to find out (nothing to check
     when it is off).
 
     Raises:
@@ -178,7 +180,8 @@ def check_buildable(cfg: TrainConfig) -> None:
             :mod:`verlog.proxy.adapter`, ``env.task`` not a registered environment, ``agent.task`` not
             a tool task of :mod:`verlog.agent.tasks`, ``agent.agent`` not a loadable function,  a
             ``memory.reply_prefix`` that :func:`check_reply_prefix` refuses, ``env.task_weights`` that
-            :func:`check_task_weights` refuses, a ``memory.type`` that
+            :func:`check_task_weights` refuses, an ``env.task`` that :func:`check_env_task` refuses, a
+            ``memory.type`` that
             :func:`check_memory_type` refuses, or ``model.trainable_layers``
             beyond the model's layers (:func:`check_trainable_layers`).
     """
@@ -188,15 +191,87 @@ def check_buildable(cfg: TrainConfig) -> None:
     check_trainable_layers(cfg)
     if cfg.agent.credit not in CREDIT_MODES:
         raise ConfigError(f"agent.credit: expected one of {', '.join(CREDIT_MODES)}, got {cfg.agent.credit!r}")
-    if cfg.agent.loop == "env" and cfg.env.task not in _env_names():
-        raise ConfigError(f"env.task: expected a registered environment <family>/<task>, got {cfg.env.task!r}"
-                          f"{did_you_mean(cfg.env.task, _env_names())}")
+    if cfg.agent.loop == "env":
+        check_env_task(cfg.env.task)
     check_task_weights(cfg)
     if cfg.agent.loop != "env" and cfg.agent.task not in AGENT_TASK_NAMES:
         raise ConfigError(f"agent.task: expected one of {', '.join(sorted(AGENT_TASK_NAMES))}, got {cfg.agent.task!r}"
                           f"{did_you_mean(cfg.agent.task, AGENT_TASK_NAMES)}")
     if cfg.agent.loop == "proxy":
         _check_agent_fn(cfg.agent.agent)
+
+
+def check_env_task(task: str) -> None:
+    """``env.task`` names an environment: one of :mod:`verlog.catalog` or registered in this process
+    (nothing imported), an import path ``package.module:Name`` (its module must exist; it is then
+    imported and registered), or a task of an installed plugin family (the plugin is loaded).
+
+    Raises:
+        ConfigError: one line naming ``env.task``.
+    """
+    if task in _env_names():
+        return
+    family = task.partition("/")[0]
+    if not is_import_path(task):
+        from importlib.metadata import entry_points
+
+        from verlog.catalog import ENTRY_POINT_GROUP, ENV_TASKS
+
+        if family in ENV_TASKS or family not in {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}:
+            raise ConfigError(f"env.task: expected a registered environment <family>/<task> or an import path "
+                              f"package.module:Name, got {task!r}{did_you_mean(task, _env_names())}")
+    elif not module_exists(task.partition(":")[0]):
+        raise ConfigError(f"env.task: cannot load {task!r}: no module named {task.partition(':')[0]!r}")
+    from verlog.envs.registry import EnvImportError, is_registered, registered_names
+
+    try:
+        found = is_registered(task)
+    except EnvImportError as exc:
+        raise ConfigError(f"env.task: {exc}") from None
+    if not found:
+        known = [n for n in registered_names() if n.startswith(family + "/")]
+        raise ConfigError(f"env.task: {task!r} is not a task of the installed family {family!r} (its tasks: "
+                          f"{', '.join(known) or 'none'}){did_you_mean(task, known)}")
+
+
+def check_external_env(cfg: TrainConfig) -> None:
+    """An environment from outside Verlog (import path or plugin family) keeps the gymnasium contract:
+    one env is built with the run's arguments and checked by gymnasium's ``check_env`` (reset and step
+    types, spaces, seeding); Verlog's own environments are tested in its suite and skipped here.
+
+    Raises:
+        ConfigError: one line naming ``env.task``: the env cannot be built with the run's arguments,
+            or it breaks the contract.
+    """
+    from verlog.catalog import ENV_TASKS
+
+    if cfg.agent.loop != "env" or cfg.env.task.partition("/")[0] in ENV_TASKS:
+        return
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+
+    from verlog.envs.registry import make_env
+
+    try:
+        env = make_env(cfg.env.task, **cfg.env.env_kwargs(shaping_gamma=cfg.gae.gamma_step))
+    except Exception as exc:  # the user's factory may raise anything
+        raise ConfigError(f"env.task: {cfg.env.task} cannot be built with the run's arguments: "
+                          f"{type(exc).__name__}: {_first_line(exc)}") from None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # gymnasium's advice on spaces and seeding is not an error
+            check_env(env, skip_render_check=True)
+    except Exception as exc:
+        raise ConfigError(f"env.task: {cfg.env.task} breaks the gymnasium environment contract: "
+                          f"{type(exc).__name__}: {_first_line(exc)}") from None
+    finally:
+        env.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300]
 
 
 def _env_names() -> list[str]:

@@ -42,7 +42,7 @@ from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
 from verlog.metrics import PhaseTimes, SuccessWindows, iteration_metrics, make_logger
 from verlog.models import load_tokenizer
-from verlog.preflight import check_buildable, check_distance_shaping, check_state_keys
+from verlog.preflight import check_buildable, check_distance_shaping, check_external_env, check_state_keys
 from verlog.resume import StopSignals, load_rng_states, truncate_metrics
 from verlog.run_dir import prepare_run_dir, run_dir_of
 from verlog.scoring import score_batch
@@ -87,6 +87,7 @@ class Trainer:
         check_buildable(cfg)
         check_state_keys(cfg)
         check_distance_shaping(cfg)
+        check_external_env(cfg)
         self.spec = ALGORITHMS[cfg.algo.algorithm]
         check_model_sources(cfg)  # fail fast, with one line, before any process group exists
         D.init_distributed()

@@ -4,18 +4,33 @@ Names are ``<family>/<task>``. Each family lives in its own module, which regist
 is imported; the module is imported lazily, the first time a name of its family is asked for (or when
 :func:`list_envs` is called), so that ``import verlog`` does not pay for NetHack's or TextWorld's imports.
 :data:`FAMILIES` maps each family to its module.
+
+Environments from outside Verlog come in two ways, with no change to Verlog's source:
+
+* an **import path** ``package.module:Name`` as the name, where ``Name`` is a
+  :class:`~verlog.envs.base.TextEnv` subclass or a factory returning one (called with the keyword
+  arguments of :func:`make_env`); it is imported and registered under that name the first time it is
+  asked for;
+* a **plugin family**: an installed package that declares an entry point in the group
+  :data:`ENTRY_POINT_GROUP` (``verlog.envs``) named after its family, e.g. in ``pyproject.toml``
+  ``[project.entry-points."verlog.envs"] mygames = "mygames.verlog"``. Asking for ``mygames/<task>``
+  loads it: the entry point names a module that registers its tasks with :func:`register` when
+  imported, or a function (``mygames.verlog:register_all``) that does so when called.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 from typing import Any, Callable
 
-from verlog.catalog import did_you_mean
+from verlog.catalog import ENTRY_POINT_GROUP, did_you_mean
 from verlog.envs.base import TextEnv
+from verlog.imports import is_import_path
 
-__all__ = ["FAMILIES", "accepts_argument", "register", "make_env", "list_envs", "is_registered", "registered_names"]
+__all__ = ["FAMILIES", "EnvImportError", "accepts_argument", "plugin_families", "register", "make_env", "list_envs",
+           "is_registered", "registered_names"]
 
 _FACTORIES: dict[str, Callable[..., TextEnv]] = {}
 
@@ -31,11 +46,80 @@ FAMILIES: dict[str, str] = {
 }
 
 
+_LOADED_PLUGINS: set[str] = set()
+
+
+class EnvImportError(ValueError):
+    """An environment given by import path or plugin family could not be loaded (one line, naming it)."""
+
+
+def plugin_families() -> dict[str, importlib.metadata.EntryPoint]:
+    """The families installed packages declare in :data:`ENTRY_POINT_GROUP`: name -> entry point
+    (Verlog's own family names are left out: a plugin cannot replace them)."""
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name not in FAMILIES}
+
+
+def _load_plugin(family: str, entry_point: importlib.metadata.EntryPoint) -> None:
+    """Load a plugin family once: import its module, and call it when it names a function.
+
+    Raises:
+        EnvImportError: the entry point cannot be imported or its function raised.
+    """
+    if family in _LOADED_PLUGINS:
+        return
+    try:
+        loaded = entry_point.load()
+        if callable(loaded):
+            loaded()
+    except Exception as exc:  # the plugin's own code may raise anything
+        raise EnvImportError(f"environment family {family!r} (entry point {entry_point.value!r}) failed to load: "
+                             f"{type(exc).__name__}: {_first_line(exc)}") from None
+    _LOADED_PLUGINS.add(family)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
 def _load_family(family: str) -> None:
-    """Import the module of ``family`` (registering its tasks); unknown families are ignored."""
+    """Import the module of ``family`` (registering its tasks): Verlog's own, else an installed plugin's;
+    unknown families are ignored.
+
+    Raises:
+        EnvImportError: a plugin family that fails to load.
+    """
     module = FAMILIES.get(family)
     if module is not None:
         importlib.import_module(module)
+        return
+    entry_point = plugin_families().get(family)
+    if entry_point is not None:
+        _load_plugin(family, entry_point)
+
+
+def _register_import_path(name: str) -> None:
+    """Import ``package.module:Name`` and register it under ``name``.
+
+    Raises:
+        EnvImportError: the module cannot be imported (its own errors included), it has no ``Name``,
+            or ``Name`` is neither a :class:`TextEnv` subclass nor another callable.
+    """
+    module_name, _, attr = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise EnvImportError(f"cannot load {name!r}: no module named {exc.name!r}") from None
+    except Exception as exc:  # the user's module may raise anything while it is imported
+        raise EnvImportError(f"cannot load {name!r}: importing {module_name} raised {type(exc).__name__}: "
+                             f"{_first_line(exc)}") from None
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise EnvImportError(f"cannot load {name!r}: module {module_name} has no {attr!r}")
+    if not callable(factory) or (isinstance(factory, type) and not issubclass(factory, TextEnv)):
+        raise EnvImportError(f"cannot load {name!r}: expected a TextEnv subclass or a factory returning one, "
+                             f"got {factory!r}")
+    register(name, factory, replace=True)
 
 
 def register(name: str, factory: Callable[..., TextEnv], *, replace: bool = False) -> None:
@@ -62,12 +146,14 @@ def register(name: str, factory: Callable[..., TextEnv], *, replace: bool = Fals
 
 
 def list_envs() -> list[str]:
-    """Sorted names of all registered environments (imports every family's module first).
+    """Sorted names of all registered environments (imports every family's module first, installed
+    plugin families included).
 
     Raises:
         ImportError: if a family's module or the game package it wraps cannot be imported.
+        EnvImportError: a plugin family that fails to load.
     """
-    for family in FAMILIES:
+    for family in [*FAMILIES, *plugin_families()]:
         _load_family(family)
     return sorted(_FACTORIES)
 
@@ -78,11 +164,19 @@ def registered_names() -> list[str]:
 
 
 def is_registered(name: str) -> bool:
-    """Whether ``name`` is a registered environment (imports only its own family's module)."""
+    """Whether ``name`` is a registered environment (imports only its own family's module; an import
+    path is imported and registered).
+
+    Raises:
+        EnvImportError: an import path or a plugin family that cannot be loaded.
+    """
     if not isinstance(name, str):
         return False
     if name not in _FACTORIES:
-        _load_family(name.split("/", 1)[0])
+        if is_import_path(name):
+            _register_import_path(name)
+        else:
+            _load_family(name.split("/", 1)[0])
     return name in _FACTORIES
 
 
@@ -105,14 +199,16 @@ def make_env(name: str, **kwargs: Any) -> TextEnv:
     """Build the registered environment ``name`` with keyword arguments ``kwargs``.
 
     Raises:
-        ValueError: unknown ``name`` (the message lists the known names and suggests the closest).
+        ValueError: unknown ``name`` (the message lists the known names and suggests the closest);
+            :class:`EnvImportError` for an import path or plugin family that cannot be loaded.
         TypeError: arguments the factory does not accept (the message lists the accepted ones), or a
             factory that does not return a ``TextEnv``.
     """
     if not is_registered(name):
+        families = sorted({*FAMILIES, *plugin_families()})
         raise ValueError(
-            f"unknown environment {name!r}; names are <family>/<task> with family one of {sorted(FAMILIES)}; "
-            f"registered so far: {sorted(_FACTORIES)}{did_you_mean(name, _FACTORIES)}"
+            f"unknown environment {name!r}; names are <family>/<task> with family one of {families}, or an import "
+            f"path package.module:Name; registered so far: {sorted(_FACTORIES)}{did_you_mean(name, _FACTORIES)}"
         )
     factory = _FACTORIES[name]
     try:
