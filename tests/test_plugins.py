@@ -83,6 +83,10 @@ class NotText(TextEnv):
     def _step_game(self, action):
         return "x" * 9000, 0.0, False, False, {}  # longer than the observation space allows
 
+class Endless(NotText):  # never ends and has no step limit: random play would never stop
+    def _step_game(self, action):
+        return "on", 0.0, False, False, {}
+
 class Plain:
     pass
 
@@ -91,15 +95,17 @@ raise_on_import = None
 
 
 @pytest.mark.parametrize("task, overrides, words", [
-    ("nowhere_pkg.games:Game", [], "env.task: cannot load 'nowhere_pkg.games:Game': no module named 'nowhere_pkg'"),
+    ("nowhere_pkg.games:Game", [], "env.task: cannot load 'nowhere_pkg.games:Game': no module named 'nowhere_pkg.games'"),
     ("broken_games:Missing", [], "env.task: cannot load 'broken_games:Missing': module broken_games has no 'Missing'"),
     ("broken_games:Plain", [], "env.task: cannot load 'broken_games:Plain': expected a TextEnv subclass"),
     ("raising_games:Game", [], "env.task: cannot load 'raising_games:Game': importing raising_games raised "
                                "RuntimeError: no luck"),
     ("my_games:GuessNumber", ["env.kwargs={colour: red}"], "env.task: my_games:GuessNumber cannot be built with the "
                                                            "run's arguments: TypeError"),
-    ("broken_games:NotText", [], "env.task: broken_games:NotText breaks the gymnasium environment contract"),
+    ("broken_games:NotText", ["env.max_steps=5"], "env.task: broken_games:NotText breaks the gymnasium environment "
+                                                   "contract"),
     ("my_games:GuessNumber", ["env.kwargs={max_steps: 3}"], "env.kwargs: max_steps is set by env.max_steps"),
+    ("broken_games:Endless", [], "env.task: broken_games:Endless sets no step limit"),
 ])
 def test_bad_external_envs_are_one_line_naming_the_key(tmp_path, monkeypatch, capsys, task, overrides, words):
     (tmp_path / "broken_games.py").write_text(BROKEN)

@@ -241,7 +241,8 @@ def check_external_env(cfg: TrainConfig) -> None:
 
     Raises:
         ConfigError: one line naming ``env.task``: the env cannot be built with the run's arguments,
-            or it breaks the contract.
+            it sets no step limit (``max_steps`` None with ``env.max_steps`` unset), or it breaks the
+            contract.
     """
     from verlog.catalog import ENV_TASKS
 
@@ -258,9 +259,15 @@ def check_external_env(cfg: TrainConfig) -> None:
     except Exception as exc:  # the user's factory may raise anything
         raise ConfigError(f"env.task: {cfg.env.task} cannot be built with the run's arguments: "
                           f"{type(exc).__name__}: {_first_line(exc)}") from None
+    if getattr(env.unwrapped, "max_steps", None) is None:
+        env.close()
+        raise ConfigError(f"env.task: {cfg.env.task} sets no step limit, and random play, warm-up and evaluation "
+                          "run episodes to their end; set env.max_steps (or the env's max_steps)")
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # gymnasium's advice on spaces and seeding is not an error
+            warnings.simplefilter("ignore")  # gymnasium's advice on spaces and seeding is not an error,
+            # but an observation outside the text space (longer than OBS_MAX_CHARS, say) is
+            warnings.filterwarnings("error", message=".*not within the observation space")
             check_env(env, skip_render_check=True)
     except Exception as exc:
         raise ConfigError(f"env.task: {cfg.env.task} breaks the gymnasium environment contract: "
