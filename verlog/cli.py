@@ -197,8 +197,11 @@ def eval_main(argv: list[str] | None = None) -> None:
     parser.add_argument("overrides", nargs="*", help="task=<env/task> episodes=N greedy=true seed=S, suite keys, or config keys")
     args = parser.parse_args(argv)
     overrides, suite_opts = [], {}
+    episodes: str | None = None  # the last episodes=N: per task in suite mode
     for item in args.overrides:
         key, sep, value = item.partition("=")
+        if sep and key == "episodes":
+            episodes = value
         if sep and key in _SUITE_KEYS:
             convert, expected = _SUITE_KEYS[key]
             try:
@@ -209,14 +212,12 @@ def eval_main(argv: list[str] | None = None) -> None:
         overrides.append(f"{_EVAL_SHORT.get(key, key)}={value}" if sep else item)
     if suite_opts:
         _suite_envs(suite_opts)
-        if "episodes_per_task" not in suite_opts:  # episodes=N counts per task in suite mode
-            episodes = [item.partition("=")[2] for item in args.overrides if item.partition("=")[0] == "episodes"]
-            if episodes:
-                convert, expected = _SUITE_KEYS["episodes_per_task"]
-                try:
-                    suite_opts["episodes_per_task"] = convert(episodes[-1])
-                except ValueError:
-                    _fail(f"episodes: expected {expected}, got {episodes[-1]!r}")
+        if "episodes_per_task" not in suite_opts and episodes is not None:
+            convert, expected = _SUITE_KEYS["episodes_per_task"]
+            try:
+                suite_opts["episodes_per_task"] = convert(episodes)
+            except ValueError:
+                _fail(f"episodes: expected {expected}, got {episodes!r}")
     is_random = args.checkpoint == "random"
     recipe: Path | None = None
     if not is_random:

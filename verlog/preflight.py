@@ -258,7 +258,7 @@ def check_external_env(cfg: TrainConfig) -> None:
         env = make_env(cfg.env.task, **cfg.env.env_kwargs(shaping_gamma=cfg.gae.gamma_step))
     except Exception as exc:  # the user's factory may raise anything
         raise ConfigError(f"env.task: {cfg.env.task} cannot be built with the run's arguments: "
-                          f"{type(exc).__name__}: {_first_line(exc)}") from None
+                          f"{type(exc).__name__}: {_one_line(exc)}") from None
     if getattr(env.unwrapped, "max_steps", None) is None:
         env.close()
         raise ConfigError(f"env.task: {cfg.env.task} sets no step limit, and random play, warm-up and evaluation "
@@ -271,14 +271,14 @@ def check_external_env(cfg: TrainConfig) -> None:
             check_env(env, skip_render_check=True)
     except Exception as exc:
         raise ConfigError(f"env.task: {cfg.env.task} breaks the gymnasium environment contract: "
-                          f"{type(exc).__name__}: {_first_line(exc)}") from None
+                          f"{type(exc).__name__}: {_one_line(exc)}") from None
     finally:
         env.close()
 
 
-def _first_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300]
+def _one_line(exc: BaseException) -> str:
+    """The exception's message on one line (whitespace runs joined), at most 300 characters."""
+    return " ".join(str(exc).split())[:300]
 
 
 def _env_names() -> list[str]:

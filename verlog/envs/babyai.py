@@ -19,7 +19,8 @@ the mission still needs the agent to walk: to the object of a go-to or pick-up m
 an open mission (by way of its key while a locked door's key is not carried), to the object to move and
 on to the one it goes next to, through both stages of a sequence
 (:func:`~verlog.envs.babyai_distance.mission_distance`; :func:`~verlog.envs.shaping.potential_shaping`).
-The positions come from the level itself, not from the text the agent reads. Success and progression are unaffected (they read minigrid's own reward).
+The positions come from the level itself, not from the text the agent reads. Success and progression
+are unaffected (they read minigrid's own reward).
 
 Registered tasks (see :data:`BABYAI_TASKS`): BALROG's five, ``babyai/goto``, ``babyai/pickup``,
 ``babyai/open``, ``babyai/putnext``, ``babyai/pick_up_seq_go_to`` (BALROG's levels, the same layout as
