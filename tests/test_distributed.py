@@ -1,4 +1,5 @@
-"""Two data-parallel processes on loopback (torchrun): T x N turns in total, identical weights on both ranks."""
+"""Two data-parallel processes on loopback (torchrun): T x N turns in total, identical weights on both ranks,
+with both ranks on one node or as two nodes (two launchers, one process each)."""
 
 import json
 import socket
@@ -21,14 +22,25 @@ BASE = ["env.num_envs=2", "env.vector_mode=sync", "ppo.minibatches=2", "ppo.micr
         "deepspeed.zero_stage=2"]
 
 
-def run_two(tmp_path, *args: str) -> list[dict]:
-    """Train the tiny recipe under torchrun with 2 processes; return both ranks' reports."""
+def run_two(tmp_path, *args: str, nodes: int = 1) -> list[dict]:
+    """Train the tiny recipe on 2 ranks under torchrun; return both ranks' reports.
+
+    ``nodes=1``: one launcher starting 2 processes. ``nodes=2``: two launchers, node ranks 0 and 1, one
+    process each, meeting at a static rendezvous on loopback, as two machines would (gloo between them).
+    """
     worker = Path(__file__).with_name("dist_worker.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(worker), str(tmp_path), *BASE, f"run_root={tmp_path}",
-           f"model.cache_dir={tmp_path / 'cache'}", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
+                "--nproc_per_node", str(2 // nodes), "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    work = [str(worker), str(tmp_path), *BASE, f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", *args]
+    procs = [subprocess.Popen([*launcher, "--node_rank", str(node), *work], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for node in range(nodes)]
+    try:
+        outputs = [p.communicate(timeout=900) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, out[-2000:] + err[-4000:]
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in reports] == [2, 2]
     # the same weights on both ranks after DeepSpeed's gradient all-reduce, and in both rollout engines
@@ -55,3 +67,12 @@ def test_two_processes_critic_free_with_uneven_ranks(tmp_path):
     assert [r["phase"] for r in rows] == ["grpo", "grpo"]
     assert rows[-1]["turns"] == reports[0]["turns_done"] == reports[1]["turns_done"]
     assert rows[0]["turns"] >= 2 * 2  # at least one turn per env on both ranks
+
+
+def test_two_nodes_train_in_lockstep(tmp_path):
+    # two node ranks on loopback: the world, the turn counts and the weights are those of one node
+    reports = run_two(tmp_path, "iterations=2", "ppo.critic_warmup_iterations=0", "rollout.turns_per_env=4", nodes=2)
+    assert sorted(r["rank"] for r in reports) == [0, 1]
+    assert [r["turns_per_batch"] for r in reports] == [8, 8]
+    rows = read_metrics(tmp_path / "dp" / "metrics.jsonl")
+    assert [r["turns"] for r in rows] == [16, 32]

@@ -111,7 +111,9 @@ def train_main(argv: list[str] | None = None) -> None:
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. ppo.actor_lr=1e-5")
     parser.add_argument("--list-envs", action="store_true",
                         help="list every environment env.task may name (installed plugin families included) and exit")
-    args = parser.parse_args(argv)
+    # DeepSpeed's launcher appends --local_rank=<n>; the rank is read from LOCAL_RANK, which it also sets
+    parser.add_argument("--local_rank", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_intermixed_args(argv)
     if args.list_envs:
         _list_envs()
         return

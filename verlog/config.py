@@ -276,6 +276,11 @@ class DeepSpeedConfig:
 
     zero_stage: int = _f(2, "ZeRO stage 0-3")
     bf16: bool = _f(False, "bf16 mixed precision")
+    offload_optimizer: str = _f("none", "ZeRO-Offload: none, or cpu to keep the optimizer states in host memory "
+                                        "and run the optimizer step there (needs zero_stage >= 1; saves GPU "
+                                        "memory; runs on a CPU-only machine but gains nothing there; not yet run on a GPU)")
+    offload_param: str = _f("none", "ZeRO-3 parameter offload: none, or cpu to keep the parameters in host "
+                                    "memory between uses (needs zero_stage 3; as offload_optimizer, only run on CPU)")
 
 
 @dataclass

@@ -32,6 +32,8 @@ _CHOICES = {
     "algo.norm": ("mean_std", "mean"),
     "agent.loop": AGENT_LOOPS,
     "algo.loss_aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
+    "deepspeed.offload_optimizer": ("none", "cpu"),
+    "deepspeed.offload_param": ("none", "cpu"),
 }
 _POSITIVE = (
     "iterations", "threads", "env.num_envs", "rollout.turns_per_env", "rollout.max_response_tokens",
@@ -131,6 +133,12 @@ def _cross_field_problem(cfg: Any) -> str | None:
                 f"and be a multiple of model.tiny.num_kv_heads ({tiny.num_kv_heads}), got {tiny.num_heads}")
     if not 0 <= cfg.deepspeed.zero_stage <= 3:
         return f"deepspeed.zero_stage: expected 0, 1, 2 or 3, got {cfg.deepspeed.zero_stage}"
+    if cfg.deepspeed.offload_optimizer != "none" and cfg.deepspeed.zero_stage == 0:
+        return ("deepspeed.offload_optimizer: needs deepspeed.zero_stage 1, 2 or 3 (ZeRO offloads the optimizer "
+                "states it partitions), got 0")
+    if cfg.deepspeed.offload_param != "none" and cfg.deepspeed.zero_stage != 3:
+        return ("deepspeed.offload_param: needs deepspeed.zero_stage 3 (only ZeRO-3 partitions the parameters), "
+                f"got {cfg.deepspeed.zero_stage}")
     if cfg.model.cache_frozen_activations and cfg.ppo.gradient_checkpointing:
         return ("model.cache_frozen_activations: not with ppo.gradient_checkpointing (the top layers would get "
                 "inputs that require no grad); the frozen layers keep no activations anyway")

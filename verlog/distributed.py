@@ -162,10 +162,15 @@ def barrier() -> None:
 
 
 def ds_config(*, zero_stage: int, micro_batch_size: int, grad_accum_steps: int, max_grad_norm: float,
-              bf16: bool) -> dict[str, Any]:
+              bf16: bool, offload_optimizer: str = "none", offload_param: str = "none") -> dict[str, Any]:
     """A DeepSpeed config dict for one engine (actor or critic).
 
     ``train_batch_size`` = micro_batch_size x grad_accum_steps x world_size, as DeepSpeed requires.
+    ``offload_optimizer`` / ``offload_param`` (``"none"`` or ``"cpu"``) become ZeRO's ``offload_optimizer`` /
+    ``offload_param`` sections with pinned host memory (Ren et al. 2021, ZeRO-Offload; Rajbhandari et al.
+    2021, ZeRO-Infinity). With the optimizer offloaded, DeepSpeed is allowed to step the run's own torch
+    AdamW on the host copies (``zero_force_ds_cpu_optimizer: false``) instead of insisting on its
+    JIT-compiled CPU Adam.
     """
     cfg: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": micro_batch_size,
@@ -177,6 +182,11 @@ def ds_config(*, zero_stage: int, micro_batch_size: int, grad_accum_steps: int, 
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
+    for section, device in (("offload_optimizer", offload_optimizer), ("offload_param", offload_param)):
+        if device != "none":
+            cfg["zero_optimization"][section] = {"device": device, "pin_memory": True}
+    if offload_optimizer != "none":
+        cfg["zero_force_ds_cpu_optimizer"] = False
     return cfg
 
 

@@ -130,7 +130,8 @@ def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_pa
     dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
     n_micro = math.ceil(turns_per_batch // cfg.ppo.minibatches / cfg.ppo.micro_batch_size)
     ds = D.ds_config(zero_stage=cfg.deepspeed.zero_stage, micro_batch_size=cfg.ppo.micro_batch_size,
-                     grad_accum_steps=n_micro, max_grad_norm=cfg.ppo.max_grad_norm, bf16=cfg.deepspeed.bf16)
+                     grad_accum_steps=n_micro, max_grad_norm=cfg.ppo.max_grad_norm, bf16=cfg.deepspeed.bf16,
+                     offload_optimizer=cfg.deepspeed.offload_optimizer, offload_param=cfg.deepspeed.offload_param)
 
     def engine(model: torch.nn.Module, lr: float) -> Any:
         # the optimizer gets only the trainable parameters (D.make_engine)
