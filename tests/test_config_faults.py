@@ -105,8 +105,8 @@ def test_name_lists_match_the_registries():
 
     # other tests may have registered their own envs (test/count) in this process
     assert env_names() == [name for name in list_envs() if name.partition("/")[0] in FAMILIES]
-    assert {name: (t.needs_critic, t.grouped_rollouts, t.needs_state_keys) for name, t in ALGORITHM_TRAITS.items()} \
-        == {name: (s.needs_critic, s.grouped_rollouts, s.needs_state_keys) for name, s in ALGORITHMS.items()}
+    traits = lambda t: (t.needs_critic, t.grouped_rollouts, t.needs_state_keys, t.policy_loss)  # noqa: E731
+    assert {name: traits(t) for name, t in ALGORITHM_TRAITS.items()} == {name: traits(s) for name, s in ALGORITHMS.items()}
     assert set(AGENT_TASK_NAMES) == set(AGENT_TASKS) and ADAPTER_MODES is CREDIT_MODES
 
 

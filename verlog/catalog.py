@@ -69,6 +69,7 @@ class AlgorithmTraits:
     needs_critic: bool
     grouped_rollouts: bool
     needs_state_keys: bool
+    policy_loss: str = "ppo"
 
 
 #: ``algo.algorithm`` -> its traits, in the order of :data:`verlog.algos.registry.ALGORITHMS`
@@ -80,7 +81,7 @@ ALGORITHM_TRAITS: dict[str, AlgorithmTraits] = {
     "reinforce_pp": AlgorithmTraits(needs_critic=False, grouped_rollouts=False, needs_state_keys=False),
     "reinforce_pp_baseline": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
     "dapo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
-    "gspo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
+    "gspo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False, policy_loss="gspo"),
 }
 
 #: the entry-point group through which installed packages add environment families (:mod:`verlog.envs.registry`)

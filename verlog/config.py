@@ -189,6 +189,10 @@ class RolloutConfig:
     vllm_tensor_parallel_size: int = _f(1, "vLLM: tensor-parallel size")
     vllm_cpu_kv_cache_gb: float = _f(0.0, "vLLM on CPU: KV cache size in GiB (0: sized when the engine starts, a tenth "
                                           "of the memory then available, at most 1 GiB, at least 64 MiB)")
+    max_staleness: int = _f(0, "policy versions a trained token may lag behind: 0 collects, then updates (synchronous); "
+                                "1 collects the next batch while this one is scored and trained, so the engine "
+                                "generates with the weights of one update before (the decoupled PPO objective "
+                                "corrects, ppo.behaviour_weight_cap)")
     vllm_sleep_between_updates: bool = _f(False, "vLLM: sleep mode (level 1) during each update: KV cache freed, weights "
                                                  "offloaded to host memory; CUDA/ROCm/XPU only, not yet run on a GPU")
 
@@ -258,6 +262,8 @@ class PPOConfig:
                                 "steps in a row of one engine (actor or critic) were skipped for a non-finite "
                                 "loss or gradient norm; every skip is counted in update/skipped_steps")
     critic_warmup_iterations: int = _f(0, "value-only iterations on rollouts of the untrained policy before the first policy update")
+    behaviour_weight_cap: float = _f(5.0, "rollout.max_staleness=1: cap of the importance weight pi_prox / pi_behaviour "
+                                          "that scales each stale token's advantage (decoupled PPO objective)")
 
 
 @dataclass

@@ -39,7 +39,7 @@ _POSITIVE = (
     "iterations", "threads", "env.num_envs", "rollout.turns_per_env", "rollout.max_response_tokens",
     "memory.max_prompt_tokens", "ppo.epochs", "ppo.minibatches", "ppo.micro_batch_size", "eval.episodes",
     "eval.num_envs", "format_warmup.batch_size", "model.tiny.vocab_size", "env.restart_attempts",
-    "ppo.actor_lr", "ppo.critic_lr", "ppo.max_grad_norm", "format_warmup.lr", "model.tiny.hidden_size",
+    "ppo.actor_lr", "ppo.critic_lr", "ppo.behaviour_weight_cap", "ppo.max_grad_norm", "format_warmup.lr", "model.tiny.hidden_size",
     "model.tiny.num_layers", "model.tiny.num_heads", "model.tiny.num_kv_heads", "model.tiny.intermediate_size",
     "model.tiny.corpus_episodes", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_tensor_parallel_size",
     "algo.group_size", "algo.std_eps", "algo.overlong_cache_tokens", "agent.max_assistant_turns",
@@ -123,6 +123,11 @@ def _cross_field_problem(cfg: Any) -> str | None:
     if rollout.vllm_gpu_memory_utilization > 1:
         return ("rollout.vllm_gpu_memory_utilization: expected a fraction in (0, 1], "
                 f"got {rollout.vllm_gpu_memory_utilization}")
+    if rollout.max_staleness not in (0, 1):
+        return f"rollout.max_staleness: expected 0 (synchronous) or 1, got {rollout.max_staleness}"
+    if rollout.max_staleness and rollout.vllm_sleep_between_updates:
+        return ("rollout.max_staleness: 1 generates during the update, when vLLM's sleep mode has freed the engine; "
+                "set rollout.vllm_sleep_between_updates=false")
     if rollout.vllm_sleep_between_updates and rollout.engine != "vllm":
         return ("rollout.vllm_sleep_between_updates: needs rollout.engine=vllm "
                 f"(got {rollout.engine!r}, which has no sleep mode)")

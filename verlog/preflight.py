@@ -61,6 +61,9 @@ def check_algorithm(cfg: TrainConfig) -> None:
                               f"{algo.group_size}")
     elif algo.dynamic_sampling:
         raise ConfigError(f"algo.dynamic_sampling: needs a group algorithm, not {algo.algorithm}")
+    if cfg.rollout.max_staleness and spec.policy_loss != "ppo":
+        raise ConfigError(f"rollout.max_staleness: the stale-token correction weighs each token's advantage, which "
+                          f"{algo.algorithm}'s sequence-ratio loss does not take; use 0 with {algo.algorithm}")
 
 
 def check_state_keys(cfg: TrainConfig) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import random
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import torch
 from verlog import distributed as D
 from verlog.advantages import compute_advantages, scored_batch
 from verlog.algos.registry import ALGORITHMS
+from verlog.algos.staleness import decoupled_advantages
 from verlog.builders import (base_model_path, check_model_sources, critic_base_path, eval_payload, evaluate_policy,
                              make_collector, memory_factory, run_format_warmup)
 from verlog.checkpointing import (GENERATOR_NAMES, checkpoint_dir, newest_checkpoint, read_rank_state,
@@ -42,6 +44,7 @@ from verlog.evaluate import EvalResult
 from verlog.logging import MetricLogger
 from verlog.metrics import PhaseTimes, SuccessWindows, iteration_metrics, make_logger
 from verlog.models import load_tokenizer
+from verlog.prefetch import BatchPrefetcher
 from verlog.preflight import check_buildable, check_distance_shaping, check_external_env, check_state_keys
 from verlog.resume import StopSignals, load_rng_states, truncate_metrics
 from verlog.run_dir import prepare_run_dir, run_dir_of
@@ -132,6 +135,8 @@ class Trainer:
         self.recent_success = SuccessWindows(100)
         self.skipped = SkippedSteps(cfg.deepspeed.zero_stage)
         self.update_rng = torch.Generator().manual_seed(cfg.seed + 7 * self.rank)
+        self.prefetch = BatchPrefetcher(self.collector, self.engine.generator)  # rollout.max_staleness=1
+        self.policy_version = 0  # actor updates loaded into the engine so far in this process
         self.stop_signals = StopSignals()  # SIGINT/SIGTERM during train(): stop after the iteration
         if resume_from is not None:
             self._load_rank_state(resume_from)
@@ -205,17 +210,26 @@ class Trainer:
             self.stop_signals.restore()
             if logger is not None:
                 logger.close()
+            self.prefetch.close()
             self.collector.close()
         return json.loads((self.run_dir / "eval.json").read_text()) if D.is_main() else {}
 
     def iteration(self, it: int, logger: MetricLogger | None = None) -> dict[str, Any]:
-        """Run iteration ``it`` (0-based): collect, score, advantages, update, sync; returns its metrics row."""
+        """Run iteration ``it`` (0-based): collect (or take the batch collected during the last update), score,
+        advantages, update, sync; returns its metrics row."""
         cfg, models = self.cfg, self.models
         warm = self.phase_of(it) == "critic_warmup"
         times = PhaseTimes()
-        with times.phase("rollout"):
-            batch, stats, algo_metrics = collect_batch(
-                self.collector, cfg, dynamic_sampling=self.spec.uses_dynamic_sampling(cfg.algo.dynamic_sampling))
+        collect = lambda: collect_batch(  # noqa: E731
+            self.collector, cfg, dynamic_sampling=self.spec.uses_dynamic_sampling(cfg.algo.dynamic_sampling))
+        with times.phase("rollout"):  # with a batch collected during the last update: the wait for it
+            if self.prefetch.pending:
+                (batch, stats, algo_metrics), version = self.prefetch.take()
+            else:
+                (batch, stats, algo_metrics), version = collect(), self.policy_version
+        staleness = self.policy_version - version
+        if self._collect_ahead(it):
+            self.prefetch.start(collect, version=self.policy_version)
         if self.rollout.sleep_between_updates:  # free the KV cache and weights for the update
             with times.phase("engine_sleep"):
                 self.rollout.release()
@@ -228,6 +242,12 @@ class Trainer:
                                      reference=models.reference, micro_batch_size=cfg.ppo.micro_batch_size)
                 adv = compute_advantages(batch, scores, cfg, reduce_fn=D.all_reduce_sum)
                 algo_metrics.update(adv.metrics)
+                if staleness:  # tokens of an older policy: the decoupled objective's weights
+                    weighted, stale_metrics = decoupled_advantages(
+                        adv.advantages, scores.old_logprobs, batch.behaviour_logprobs, batch.response_mask,
+                        cap=cfg.ppo.behaviour_weight_cap)
+                    adv = replace(adv, advantages=weighted)
+                    algo_metrics.update(stale_metrics)
             with times.phase("update"):
                 upd = update(TrainingRows.of(batch, rows, scores, adv), actor=models.actor, critic=models.critic, spec=self.spec, cfg=cfg.ppo,
                              aggregation=self.spec.loss_aggregation(cfg.algo.loss_aggregation), rng=self.update_rng,
@@ -235,8 +255,10 @@ class Trainer:
         else:  # dynamic sampling kept no group on some rank: nothing to learn from
             upd = {"update/skipped_no_signal": 1.0}
         with times.phase("sync"):
+            self.prefetch.wait()  # no weight change under a generation in flight
             if not warm:
                 self.rollout.sync(models.actor.module, self.collector)
+                self.policy_version += 1
             self.rollout.resume()
         self.turns_done += turns
         every = cfg.logging.dump_batch_every
@@ -249,12 +271,22 @@ class Trainer:
             old_logprobs=scores.old_logprobs if scores else None, values=scores.values if scores else None,
             returns=adv.returns if adv else None, update=upd, times=times)
         metrics.update(algo_metrics)
+        if cfg.rollout.max_staleness:
+            metrics["rollout/staleness"] = float(staleness)
         for message in stats.env_fault_messages:
             self._say(logger, f"iteration {it + 1}: environment fault, env restarted: {message}")
         if cfg.eval.every and (it + 1) % cfg.eval.every == 0 and D.is_main():
             result = self.run_eval(f"iter_{it + 1}", greedy=cfg.eval.greedy, logger=logger)
             metrics["eval/success"] = result.success_mean
         return metrics
+
+    def _collect_ahead(self, it: int) -> bool:
+        """Whether iteration ``it`` collects the next batch during its update (``rollout.max_staleness=1``):
+        not in the last iteration, nor in one that ends with a scheduled checkpoint (so that it resumes
+        exactly; see :mod:`verlog.prefetch`)."""
+        cfg = self.cfg
+        checkpoint = bool(cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0)
+        return bool(cfg.rollout.max_staleness) and it + 1 < cfg.iterations and not checkpoint
 
     def phase_of(self, it: int) -> str:
         """Iteration ``it``'s phase (0-based): ``critic_warmup`` (value-only) or the algorithm's name."""
@@ -284,12 +316,18 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints and exact resume
     def save_checkpoint(self, iteration: int) -> Path:
         """Write ``checkpoints/iter_<k>/`` atomically (:func:`~verlog.checkpointing.save_checkpoint`)."""
-        rank_state = {"collector": self.collector.state_dict(), **self.recent_success.state_dict(),
+        # a batch collected ahead and not trained yet is collected again after a resume
+        before = self.prefetch.resume_states()
+        generators = self._generators()
+        if before is not None:
+            generators["rollout"] = torch.Generator().set_state(before[1])
+        rank_state = {"collector": before[0] if before is not None else self.collector.state_dict(),
+                      **self.recent_success.state_dict(),
                       "turns_done": self.turns_done, "skipped_steps": dict(self.skipped.counts)}
         trainer_state = {"iteration": iteration, "world_size": self.world, "eval_results": self.eval_results,
                          "config": to_dict(self.cfg)}
         return save_checkpoint(self.run_dir, iteration, engines=self.models.engines(), tokenizer=self.tokenizer,
-                               rank_state=rank_state, generators=self._generators(), trainer_state=trainer_state,
+                               rank_state=rank_state, generators=generators, trainer_state=trainer_state,
                                keep=self.cfg.checkpoint_keep)
 
     def _generators(self) -> dict[str, torch.Generator]:
