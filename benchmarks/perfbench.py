@@ -225,8 +225,3 @@ def report(result: Result, json_path: Path | None) -> None:
     print(f"{result.label}: per-pair ratios " + " ".join(f"{r:.2f}" for r in result.ratios)
           + f"; {threads_note(result.threads)}; {load_note()}")
     print(result.line(), flush=True)
-
-
-def result_line(label: str, what: str, ratio: float, goal: str) -> str:
-    """The former one-figure result line ``<label>: <what>: ratio <r> (goal <goal>)``, without a spread."""
-    return f"{label}: {what}: ratio {ratio:.2f} (goal {goal})"
