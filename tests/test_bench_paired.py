@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +16,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import paired  # noqa: E402
 import perfbench  # noqa: E402
 import table  # noqa: E402
+
+
+def makefile_result_regex() -> re.Pattern:
+    """The RESULT_LINE regex that ``make bench-quick`` greps the benchmarks' last lines with."""
+    m = re.search(r"^RESULT_LINE = (.+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert m, "Makefile: no RESULT_LINE"
+    return re.compile(m.group(1).replace("$$", "$"))
 
 
 class FakeClock:
@@ -103,6 +111,12 @@ def test_result_has_median_spread_and_a_line_that_make_bench_quick_accepts():
     assert (result.median, result.min, result.max, result.pairs) == (2.5, 1.0, 10.0, 4)
     assert result.line() == ("P1 rollout: collector 80.0 turns/s vs bare engine 82.0 turns/s: "
                              "ratio 2.50 [1.00-10.00, 4 pairs] (goal >= 0.90)")
+    regex = makefile_result_regex()
+    assert regex.match(result.line())
+    env = perfbench.Result.of("env/babyai", "wrapper", "wrapped vs bare", "<= 1.20x", [1.1], threads=1)
+    assert regex.match(env.line())
+    assert not regex.match(perfbench.RESULT_FORMAT.replace(" [{min:.2f}-{max:.2f}, {pairs} pairs]", "").format(
+        label="P1 rollout", what="x", median=1.0, goal=">= 0.90"))  # the spread is required
 
 
 def test_result_refuses_no_ratios_and_an_unreadable_goal():
