@@ -18,8 +18,8 @@ with the tokenizer that ``model.path=tiny`` trains on a Crafter corpus
 Result: late tokens / early tokens of the window memory, per episode (each episode is a pair: the
 same memory, early and late); the median of those ratios with their min-max (goal <= 1.05). Before
 it, one line per memory type with its mean early and late tokens, their ratio and what the budget
-trimmed. Nothing here is timed; ``--threads`` (default 1) fixes the thread count of the tokenizer's
-training as in the other benchmarks.
+trimmed. Nothing here is timed; ``--threads`` (default 1) sets the config's ``threads`` and
+``OMP_NUM_THREADS`` as in the other benchmarks (a ``threads=`` override wins).
 """
 
 from __future__ import annotations

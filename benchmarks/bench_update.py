@@ -22,7 +22,8 @@ A B A B ... (:mod:`paired`, one untimed pair first; ``threads`` set to ``--threa
 
 tokens/s = epochs x (prompt + response tokens of all rows) / seconds per update (both models). The
 ratio of a pair is update / bare tokens/s (goal >= 0.80): what the engines, losses and metrics cost on
-top of the arithmetic; the result is the median of the per-pair ratios with their min-max. The tiny model makes per-step overheads weigh more than they would on a real model.
+top of the arithmetic; the result is the median of the per-pair ratios with their min-max. The tiny
+model makes per-step overheads weigh more than they would on a real model.
 """
 
 from __future__ import annotations
