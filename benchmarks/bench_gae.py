@@ -136,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{threads_note(torch.get_num_threads())}, gamma/lam step {gammas[0]}/{gammas[1]} "
         f"token {gammas[2]}/{gammas[3]}): "
         f"batched {t_batched * 1e3:.2f} ms a call (median over pairs of {args.repeats} calls), reference "
-        f"{t_ref:.2f} s ({ref_note}); max |diff| {max_diff:.2e} -> AGREE"
+        f"{t_ref:.3g} s ({ref_note}); max |diff| {max_diff:.2e} -> AGREE"
     )
-    report(Result.of("P3", "gae", f"batched {t_batched * 1e3:.2f} ms vs reference {t_ref:.2f} s a call",
+    report(Result.of("P3", "gae", f"batched {t_batched * 1e3:.2f} ms vs reference {t_ref:.3g} s a call",
                      GOAL, times.rate_ratios(), torch.get_num_threads()), args.json)
     return 0
 
