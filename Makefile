@@ -1,5 +1,6 @@
 # Verlog: `make train` (the default CPU recipe, installs first if needed) and `make test`;
-# `make bench` runs every benchmark, `make bench-quick` checks that the benchmarks still run (minutes).
+# `make bench` runs every benchmark, `make bench-quick` checks that the benchmarks still run (minutes); both
+# end with a table of the results.
 # A second `make train` refuses the used run name runs/$(RECIPE) with one line: `make train ARGS=resume=runs/tiny`
 # continues that run, `make train ARGS=overwrite=true` replaces it, `ARGS=name=other` starts another beside it.
 SHELL := /bin/bash
@@ -48,24 +49,34 @@ eval: $(STAMP)
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest $(TESTS) -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
+# Every benchmark that compares two sides times them interleaved, A B A B ... in one process
+# (benchmarks/paired.py), at a fixed thread count (--threads, default 1), and ends with its result line
+# `<figure> <name>: <figures>: ratio <median> [<min>-<max>, <n> pairs] (goal <goal>)`: the median of the
+# per-pair ratios and their spread. Both targets below pass --json so that each benchmark also writes its
+# result as JSON into a temporary directory, and end with the table of all of them (benchmarks/table.py:
+# figure, goal, median, spread, pass when the median meets the goal). A FAIL in the table does not stop
+# make: the figures depend on the machine and its load.
 # bench_real_model.py (P6, SmolLM2-135M-Instruct) takes too long for this loop: docs/benchmarks.md gives its command.
 bench: $(STAMP)
-	for b in $(filter-out benchmarks/bench_real_model.py,$(wildcard benchmarks/bench_*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	set -o pipefail; res=$$(mktemp -d); trap 'rm -rf "$$res"' EXIT; \
+	for b in $(filter-out benchmarks/bench_real_model.py,$(wildcard benchmarks/bench_*.py)); do echo "== $$b"; \
+	  $(BIN)/python $$b --json "$$res/$$(basename $$b .py).json" || exit 1; \
+	done; \
+	$(BIN)/python benchmarks/table.py "$$res"
 
-# The framework-overhead benchmarks in their smallest configuration (--quick), and the GAE benchmark on a
-# small batch: each must exit 0; P1, P2, P4 and P5 must end with their result line
-# `<label>: <figures>: ratio <r> (goal <goal>)`, and bench_gae exits 1 when the batched GAE and the scalar
-# reference disagree. The figures are not checked: they depend on the machine and its load.
-QUICK_BENCH := bench_rollout bench_context bench_update bench_scaling
-RESULT_LINE = ^P[0-9] [a-z]+: .+: ratio [0-9]+\.[0-9][0-9] \(goal .+\)$$
+# The framework-overhead benchmarks and the GAE benchmark in their smallest configuration (--quick): each
+# must exit 0 and end with its result line (RESULT_LINE; bench_gae exits 1 when the batched GAE and the
+# scalar reference disagree). The figures are not checked: they depend on the machine and its load.
+QUICK_BENCH := bench_rollout bench_context bench_update bench_scaling bench_gae
+RESULT_LINE = ^[A-Za-z0-9/]+ [a-z]+: .+: ratio [0-9]+\.[0-9][0-9] \[[0-9]+\.[0-9][0-9]-[0-9]+\.[0-9][0-9], [0-9]+ pairs\] \(goal .+\)$$
 
 bench-quick: $(STAMP)
-	set -o pipefail; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
+	set -o pipefail; out=$$(mktemp); res=$$(mktemp -d); trap 'rm -rf "$$out" "$$res"' EXIT; \
 	for b in $(QUICK_BENCH); do echo "== benchmarks/$$b.py --quick"; \
-	  $(BIN)/python benchmarks/$$b.py --quick | tee "$$out" || exit 1; \
+	  $(BIN)/python benchmarks/$$b.py --quick --json "$$res/$$b.json" | tee "$$out" || exit 1; \
 	  tail -n 1 "$$out" | grep -Eq '$(RESULT_LINE)' || { echo "benchmarks/$$b.py: no result line at the end"; exit 1; }; \
-	done
-	$(BIN)/python benchmarks/bench_gae.py --turns 4 --envs 8 --tokens 16 --repeats 3 --warmup 1
+	done; \
+	$(BIN)/python benchmarks/table.py "$$res"
 
 clean:
 	rm -rf runs .cache

@@ -1,6 +1,6 @@
 """P2 context: prompt tokens late in a long Crafter episode against early on, for every memory type.
 
-    python benchmarks/bench_context.py [--episodes 3 --early 5 --late 200 --seed 0] [--quick]
+    python benchmarks/bench_context.py [--episodes 3 --early 5 --late 200 --seed 0 --threads 1] [--quick]
 
 On crafter/default with the default config (``TrainConfig``'s defaults, ``env.task=crafter/default``)
 it plays seeded random-action episodes (replies ``"ACTION: <valid action>"``, actions drawn from a
@@ -15,8 +15,11 @@ are skipped and the next seed is tried, at most ``--max-attempts`` episodes in a
 with the tokenizer that ``model.path=tiny`` trains on a Crafter corpus
 (:func:`verlog.builders.build_tiny_for`).
 
-Result: mean late tokens / mean early tokens for the window memory (goal <= 1.05); one line per memory
-type with its early and late tokens and what the budget trimmed.
+Result: late tokens / early tokens of the window memory, per episode (each episode is a pair: the
+same memory, early and late); the median of those ratios with their min-max (goal <= 1.05). Before
+it, one line per memory type with its mean early and late tokens, their ratio and what the budget
+trimmed. Nothing here is timed; ``--threads`` (default 1) sets the config's ``threads`` and
+``OMP_NUM_THREADS`` as in the other benchmarks (a ``threads=`` override wins).
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
-from perfbench import load_note, result_line  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from perfbench import Result, add_common_args, load_note, preset_threads, report, threads_note  # noqa: E402
+
+preset_threads()  # OMP_NUM_THREADS before torch is imported
 from verlog.builders import build_tiny_for, memory_factory  # noqa: E402
 from verlog.config import TrainConfig, build_config, parse_overrides  # noqa: E402
 from verlog.envs.registry import make_env  # noqa: E402
@@ -38,7 +44,7 @@ from verlog.memory import MEMORY_TYPES, PromptStats, TurnOutcome  # noqa: E402
 from verlog.models import load_tokenizer  # noqa: E402
 from verlog.warmup import format_reply  # noqa: E402
 
-GOAL = 1.05
+GOAL = "<= 1.05"
 TASK = "crafter/default"
 UNBOUNDED = "full, unbounded"
 
@@ -120,29 +126,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--late", type=int, default=200, help="late turn (default 200)")
     p.add_argument("--seed", type=int, default=0, help="first episode seed (default 0)")
     p.add_argument("--max-attempts", type=int, default=40, help="episodes played at most (default 40)")
+    add_common_args(p, pairs=None)
     p.add_argument("--quick", action="store_true",
                    help="smallest run: 1 episode, late turn 20, tokenizer trained on 4 episodes (own cache dir)")
     p.add_argument("overrides", nargs="*", help="config overrides, key=value (e.g. memory.history_turns=2)")
     args = p.parse_args(argv)
-    overrides = parse_overrides(args.overrides)
+    overrides = {"threads": args.threads, **parse_overrides(args.overrides)}
     if args.quick:
         args.episodes, args.late = 1, 20
         overrides = {"model.tiny.corpus_episodes": 4, "model.cache_dir": ".cache/verlog/quick", **overrides}
     cfg = build_config({"env": {"task": TASK}}, overrides)
     results, played = measure(cfg, args.episodes, args.early, args.late, args.seed, args.max_attempts)
-    w_early, w_late, w_ratio = ratio(results["window"])
+    w_early, w_late, _ = ratio(results["window"])
     f_ratio = ratio(results[UNBOUNDED])[2]
     m = cfg.memory
     print(f"bench_context: {cfg.env.task} ({cfg.env.instruction_style} instruction), {len(results['window'])} "
           f"episodes reaching turn {args.late} of {played} played (seeds {args.seed}..{args.seed + played - 1}); "
           f"memory.max_prompt_tokens={m.max_prompt_tokens}, history_turns={m.history_turns}, "
-          f"summary_turns={m.summary_turns}; {load_note()}")
+          f"summary_turns={m.summary_turns}; {threads_note(args.threads)}; {load_note()}")
     for name, pairs in results.items():
         early, late, r = ratio(pairs)
         print(f"  {name:<16} turn {args.early}: {early:6.0f} tokens  turn {args.late}: {late:6.0f} tokens  "
               f"ratio {r:5.2f}  ({trimmed_note(pairs)})")
-    print(result_line("P2 context", f"window memory turn {args.late} {w_late:.0f} tokens vs turn {args.early} "
-                      f"{w_early:.0f} tokens (full history ratio {f_ratio:.2f})", w_ratio, f"<= {GOAL:.2f}"))
+    per_episode = [late.num_tokens / early.num_tokens for early, late in results["window"]]
+    report(Result.of("P2", "context", f"window memory turn {args.late} {w_late:.0f} tokens vs turn {args.early} "
+                     f"{w_early:.0f} tokens (means; full history ratio {f_ratio:.2f})", GOAL, per_episode,
+                     args.threads), args.json)
     return 0
 
 

@@ -1,8 +1,8 @@
 """Steps per second of the bare minigrid level versus our BabyAI text env, on the same actions.
 
-    python benchmarks/bench_env_babyai.py [--steps 3000 --seed 0 --repeats 3 --tasks goto pickup ...]
+    python benchmarks/bench_env_babyai.py [--steps 3000 --seed 0 --pairs 5 --threads 1 --tasks goto pickup ...]
 
-For each task one seeded sequence of uniformly random actions is played twice:
+For each task one seeded sequence of uniformly random actions is played by two sides:
 
 * **bare**: the minigrid level the text env wraps (``env.minigrid``, built once with the same
   level, step limit and kwargs), stepped with the action's ``Actions`` index and reset with
@@ -10,9 +10,11 @@ For each task one seeded sequence of uniformly random actions is played twice:
 * **wrapped**: ``make_env("babyai/<task>")`` stepped with the reply ``"ACTION: <name>"`` (parsing,
   BALROG's object descriptions, the info dict) and reset at the same points with the same seeds.
 
-Both play the same episodes (checked by comparing where they end). Times are the best of
-``--repeats`` runs (the CPU is shared); overhead = bare steps/s / wrapped steps/s. Resets are inside
-the timing on both sides.
+Both play the same episodes (checked by comparing where they end, in an untimed warm-up run of each).
+Then the two sides run alternately, wrapped and bare, ``--pairs`` times (:mod:`envbench`); overhead =
+bare steps/s / wrapped steps/s, per pair. Resets are inside the timing on both sides. One line per
+task (median steps/s of each side, the median overhead and its min-max), then the result: the median
+of all the tasks' per-pair overheads (goal <= 1.2x).
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from envbench import play, play_text_env  # noqa: E402
+from perfbench import add_common_args, preset_threads, report  # noqa: E402
+
+preset_threads()  # OMP_NUM_THREADS before numpy is imported
+import numpy as np  # noqa: E402
+
+from envbench import Mismatch, env_result, paired_task, play, play_text_env, task_line  # noqa: E402
 from verlog.envs.babyai import BABYAI_ACTIONS  # noqa: E402
 from verlog.envs.registry import make_env  # noqa: E402
 
@@ -44,26 +49,26 @@ def run_wrapped(task: str, actions: list[int], seed: int) -> tuple[float, list[i
     return play_text_env(make_env(f"babyai/{task}"), [f"ACTION: {name}" for name in NAMES], actions, seed)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tasks", nargs="*", default=["goto", "pickup", "open", "putnext", "pick_up_seq_go_to"])
-    args = parser.parse_args()
-    ratios = []
+    add_common_args(parser)
+    args = parser.parse_args(argv)
+    results = {}
     for task in args.tasks:
         actions = np.random.default_rng(args.seed).integers(len(NAMES), size=args.steps).tolist()
-        bare_time, bare_ends = min(run_bare(task, actions, args.seed) for _ in range(args.repeats))
-        wrapped_time, wrapped_ends = min(run_wrapped(task, actions, args.seed) for _ in range(args.repeats))
-        if bare_ends != wrapped_ends:
-            print(f"babyai/{task}: MISMATCH: bare and wrapped episodes end at different steps")
+        try:
+            times, bare, _ = paired_task(f"babyai/{task}", lambda: run_bare(task, actions, args.seed),
+                                         lambda: run_wrapped(task, actions, args.seed), args.pairs,
+                                         match=lambda out: out[1])
+        except Mismatch as err:
+            print(err)
             return 1
-        bare, wrapped = args.steps / bare_time, args.steps / wrapped_time
-        ratios.append(bare / wrapped)
-        print(f"babyai/{task}: bare {bare:.0f} steps/s, wrapped {wrapped:.0f} steps/s, "
-              f"overhead {bare / wrapped:.2f}x ({len(bare_ends)} episodes)")
-    print(f"mean overhead over {len(ratios)} tasks: {np.mean(ratios):.2f}x")
+        results[task] = times
+        print(task_line(f"babyai/{task}", times, args.steps) + f" ({len(bare[1])} episodes)", flush=True)
+    report(env_result("babyai", results, args.threads), args.json)
     return 0
 
 

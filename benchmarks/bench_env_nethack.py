@@ -1,9 +1,9 @@
 """Steps per second of the bare MiniHack/NLE gymnasium envs versus our text envs, on the same actions.
 
-    python benchmarks/bench_env_nethack.py [--steps 2000 --seed 0 --repeats 3 --tasks minihack/MazeWalk-9x9,...]
+    python benchmarks/bench_env_nethack.py [--steps 2000 --seed 0 --pairs 5 --tasks minihack/MazeWalk-9x9,...]
 
 For each task it draws one seeded sequence of uniformly random action names from the text env's
-``valid_actions`` and plays it twice:
+``valid_actions`` and plays it by two sides:
 
 * **bare**: the gymnasium env (the class registered under the task's gymnasium id, built with the
   wrapper's constructor arguments: the same observation keys and game settings), stepped with the
@@ -14,26 +14,31 @@ For each task it draws one seeded sequence of uniformly random action names from
   dismissed, the text observation, the inventory context and the info dict built.
 
 Both seed NetHack identically (the same core/display seeds from the same ``--seed``), so they start
-from the same game; they drift apart once the wrapper presses MORE. Step time and reset time are
-measured separately; each side runs ``--repeats`` times (alternating) and its fastest run counts, which
-keeps the figures stable on a shared machine. The result line gives steps/s over steps only and
-overhead = bare steps/s / wrapped steps/s, then the wrapper's MORE presses (extra env steps it makes,
-included in its time) and the resets (after the first) with their mean time. Random actions in NetHack
-spend many steps in prompts and menus, where NLE's own step is very cheap.
+from the same game; they drift apart once the wrapper presses MORE. After an untimed run of each, the
+two sides run alternately, wrapped and bare, ``--pairs`` times (:mod:`envbench`). Step time and reset
+time are measured separately; each task's line gives steps/s over steps only (medians) and overhead =
+bare steps/s / wrapped steps/s per pair (the median and min-max), then the wrapper's MORE presses (extra
+env steps it makes, included in its time) and the resets (after the first) with their mean time in the
+last pair. The result is the median of all the tasks' per-pair overheads (goal <= 1.2x). Random
+actions in NetHack spend many steps in prompts and menus, where NLE's own step is very cheap.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
-from nle import nethack
-from nle.env.base import NLE
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from perfbench import Stopwatch, add_common_args, preset_threads, report  # noqa: E402
+
+preset_threads()  # OMP_NUM_THREADS before numpy is imported
+import numpy as np  # noqa: E402
+from nle import nethack  # noqa: E402
+from nle.env.base import NLE  # noqa: E402
+
+from envbench import env_result, paired_task, task_line  # noqa: E402
 from verlog.envs import make_env  # noqa: E402
 from verlog.envs.nethack_text import NetHackTextEnvBase, make_nle_env  # noqa: E402
 
@@ -73,27 +78,25 @@ def run_bare(task: str, actions: list[str], seed: int) -> tuple[float, float, in
     rng = np.random.default_rng(seed)  # the same stream as the wrapper's np_random after reset(seed)
     NLE.seed(env, *_seeds(rng), reseed=False)
     obs, _ = env.reset()
-    step_s = reset_s = 0.0
+    step_s, reset_s = Stopwatch(), Stopwatch()
     resets = steps = stuck = 0
     turn = int(obs["blstats"][nethack.NLE_BL_TIME])
     for name in actions:
-        t0 = time.perf_counter()
-        obs, _, done, truncated, _ = env.step(index[name])
-        step_s += time.perf_counter() - t0
+        with step_s:
+            obs, _, done, truncated, _ = env.step(index[name])
         steps += 1
         new_turn = int(obs["blstats"][nethack.NLE_BL_TIME])
         stuck = stuck + 1 if new_turn == turn else 0
         turn = new_turn
         if done or truncated or steps >= limit or (stuck_limit is not None and stuck >= stuck_limit):
-            t0 = time.perf_counter()
-            NLE.seed(env, *_seeds(rng), reseed=False)
-            obs, _ = env.reset()
-            reset_s += time.perf_counter() - t0
+            with reset_s:
+                NLE.seed(env, *_seeds(rng), reseed=False)
+                obs, _ = env.reset()
             resets += 1
             steps = stuck = 0
             turn = int(obs["blstats"][nethack.NLE_BL_TIME])
     env.close()
-    return step_s, reset_s, resets
+    return step_s.seconds, reset_s.seconds, resets
 
 
 def run_wrapped(task: str, actions: list[str], seed: int) -> tuple[float, float, int, int]:
@@ -101,31 +104,30 @@ def run_wrapped(task: str, actions: list[str], seed: int) -> tuple[float, float,
     env = make_env(task)
     env.reset(seed=seed)
     replies = [f"ACTION: {name}" for name in actions]
-    step_s = reset_s = 0.0
+    step_s, reset_s = Stopwatch(), Stopwatch()
     resets = presses = 0
     for reply in replies:
-        t0 = time.perf_counter()
-        _, _, terminated, truncated, info = env.step(reply)
-        _ = info["context"]
-        step_s += time.perf_counter() - t0
+        with step_s:
+            _, _, terminated, truncated, info = env.step(reply)
+            _ = info["context"]
         presses += info["more_presses"]
         if terminated or truncated:
-            t0 = time.perf_counter()
-            env.reset()
-            reset_s += time.perf_counter() - t0
+            with reset_s:
+                env.reset()
             resets += 1
     env.close()
-    return step_s, reset_s, resets, presses
+    return step_s.seconds, reset_s.seconds, resets, presses
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2000, help="random actions per task")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="runs per side; the fastest counts")
     parser.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
-    args = parser.parse_args()
+    add_common_args(parser)
+    args = parser.parse_args(argv)
 
+    results = {}
     for task in args.tasks.split(","):
         probe = make_env(task)  # warm-up: imports, glyph table, MiniHack level compilation
         probe.reset(seed=args.seed + 1)
@@ -133,23 +135,21 @@ def main() -> None:
         probe.close()
         rng = np.random.default_rng(args.seed)
         actions = [names[i] for i in rng.integers(0, len(names), args.steps)]
-        bare_runs, wrap_runs = [], []
-        for _ in range(args.repeats):  # alternate, keep each side's fastest run (the machine is shared)
-            bare_runs.append(run_bare(task, actions, args.seed))
-            wrap_runs.append(run_wrapped(task, actions, args.seed))
-        bare_step, bare_reset, bare_resets = min(bare_runs)
-        wrap_step, wrap_reset, wrap_resets, presses = min(wrap_runs)
-        bare_rate, wrap_rate = args.steps / bare_step, args.steps / wrap_step
+        times, (_, bare_reset, bare_resets), (_, wrap_reset, wrap_resets, presses) = paired_task(
+            task, lambda: run_bare(task, actions, args.seed), lambda: run_wrapped(task, actions, args.seed),
+            args.pairs)
+        results[task] = times
         mean = lambda total, n: (total / n if n else float("nan"))  # noqa: E731
         print(
-            f"{task}: bare {bare_rate:.1f} steps/s, wrapped {wrap_rate:.1f} steps/s, "
-            f"overhead {bare_rate / wrap_rate:.2f}x "
+            f"{task_line(task, times, args.steps)} "
             f"[{args.steps} random actions of {len(names)}, seed {args.seed}; MORE presses {presses}; "
             f"resets (after the first): bare {bare_resets} x {mean(bare_reset, bare_resets) * 1e3:.1f} ms, "
             f"wrapped {wrap_resets} x {mean(wrap_reset, wrap_resets) * 1e3:.1f} ms]",
             flush=True,
         )
+    report(env_result("nethack", results, args.threads), args.json)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """P6 real model: per-phase costs of training SmolLM2-135M-Instruct, each beside bare torch / transformers.
 
-    python benchmarks/bench_real_model.py [--model smollm2-135m-instruct] [--threads 2] [--turns 8]
+    python benchmarks/bench_real_model.py [--model smollm2-135m-instruct] [--threads 1] [--turns 8]
         [--pairs 5] [--trainable-layers K] [--quick] [key=value ...]
 
 One batch of N turns (``--turns``, default 8): N real BabyAI ``babyai/easy_goto`` prompts as Verlog's
@@ -30,11 +30,12 @@ one untimed pair; :mod:`paired`):
 
 For each phase: seconds per turn of each side (median over the pairs / N) and the median of the
 per-pair ratios A / B with their min-max (1.00: no framework overhead). The last line is the result
-line of ``make bench-quick``'s format; its ratio is that of the summed phases (goal <= 1.10). The
+line of ``make bench-quick``'s format (:mod:`perfbench`; ``--json PATH`` also writes it as JSON); its
+ratio is the median of the per-pair ratios of the summed phases, with their min-max (goal <= 1.10). The
 project's target is <= 1 s of wall-clock per turn end to end on 2 cores; the summed A seconds per
 turn are what these three phases take of it (environment steps and weight sync not included).
 
-``--threads`` (default 2) sets ``OMP_NUM_THREADS`` before torch is imported and
+``--threads`` (default 1) sets ``OMP_NUM_THREADS`` before torch is imported and
 ``torch.set_num_threads``; the machine load (``os.getloadavg``) is printed with the figures.
 ``--trainable-layers K`` trains only the top K decoder layers (and the final norm) on both sides,
 through the config key ``model.trainable_layers`` (the bare side trains the parameters Verlog's engines
@@ -49,16 +50,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from perfbench import Result, add_common_args, load_note, preset_threads, report, set_threads, tiny_config  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line (parsed once before torch is imported, for the thread count)."""
+    """The command line."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="model directory, or a name Verlog resolves (default smollm2-135m-instruct)")
-    p.add_argument("--threads", type=int, default=2, help="torch / OpenMP threads (default 2)")
     p.add_argument("--turns", type=int, default=8, help="N: turns (prompts) of the batch (default 8)")
-    p.add_argument("--pairs", type=int, default=5, help="timed A B pairs per phase (default 5)")
+    add_common_args(p)
     p.add_argument("--max-new-tokens", type=int, default=12, help="most tokens per reply (default 12)")
     p.add_argument("--minibatches", type=int, default=1, help="optimizer steps of the epoch (default 1)")
     p.add_argument("--micro-batch-size", type=int, default=8, help="rows per forward/backward pass (default 8)")
@@ -70,19 +75,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 if __name__ == "__main__":  # the thread count must reach OpenMP before torch is imported
-    os.environ["OMP_NUM_THREADS"] = str(build_parser().parse_known_args()[0].threads)
+    preset_threads()
 
 import gc  # noqa: E402
 import resource  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 from paired import PairedTimes, paired_times, spread  # noqa: E402
-from perfbench import load_note, result_line, tiny_config  # noqa: E402
 from verlog import distributed as D  # noqa: E402
 from verlog import training_models  # noqa: E402
 from verlog import update as U  # noqa: E402
@@ -311,8 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.quick:
         args.turns, args.pairs = 2, 3
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     transformers.logging.set_verbosity_error()  # no load reports or progress bars between the figures
     transformers.logging.disable_progress_bar()
     cfg = bench_config(args)
@@ -351,10 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, times in (("rollout", t_rollout), ("scoring", t_scoring), ("update", t_update),
                         ("total", total_times)):
         print(phase_line(name, times, n))
-    a, b = spread(total_times.a)[0] / n, spread(total_times.b)[0] / n
-    print(result_line("P6 smollm", f"verlog {a:.2f} s/turn vs bare {b:.2f} s/turn for rollout + scoring + update "
-                      f"(target <= {TARGET_S_PER_TURN:.0f} s/turn end to end)", spread(total_times.ratios())[0],
-                      f"<= {GOAL:.2f}"))
+    a, b = spread(total_times.a).median / n, spread(total_times.b).median / n
+    report(Result.of("P6", "smollm", f"verlog {a:.2f} s/turn vs bare {b:.2f} s/turn for rollout + scoring + update "
+                     f"(target <= {TARGET_S_PER_TURN:.0f} s/turn end to end)", f"<= {GOAL:.2f}", total_times.ratios(),
+                     args.threads), args.json)
     return 0
 
 

@@ -1,43 +1,47 @@
-"""P4 update: PPO update tokens/s against a bare torch training loop on the same tokens.
+"""P4 update: PPO update tokens/s against a bare torch training loop on the same tokens, timed in pairs.
 
-    python benchmarks/bench_update.py [--repeats 2 --num-envs 8 --turns 16] [--quick] [key=value ...]
+    python benchmarks/bench_update.py [--pairs 5 --num-envs 8 --turns 16 --threads 1] [--quick] [key=value ...]
 
 Builds a :class:`verlog.trainer.Trainer` from the default recipe (``recipes/tiny.yaml``, without the
 format warm-up, sync envs, run directory in a temporary folder) on a smaller batch: by default
 8 envs x 16 turns = 128 rows, ``ppo.epochs=2`` and ``ppo.minibatches=2``, so every minibatch is one
 full micro-batch of the recipe's 64 rows (the recipe's 4 x 8 steps on 512 rows take minutes on a
 loaded 2-core machine; ``key=value`` overrides restore any of it). It collects one batch, scores it
-and computes its advantages (all untimed). Then, on that batch:
+and computes its advantages (all untimed). Then, on that batch, it times two sides interleaved,
+A B A B ... (:mod:`paired`, one untimed pair first; ``threads`` set to ``--threads``):
 
-* **update**: ``Trainer.update(batch, rows, train_actor=True)``: ``ppo.epochs`` x ``ppo.minibatches``
+* A, **update**: ``Trainer.update(batch, rows, train_actor=True)``: ``ppo.epochs`` x ``ppo.minibatches``
   optimizer steps of the actor and the critic DeepSpeed engines (micro-batches of
-  ``ppo.micro_batch_size`` rows, PPO/value losses, metrics), timed ``--repeats`` times after one
-  untimed warm-up call;
-* **bare**: fresh plain-torch copies of the same models (the same initial weights), ``torch.optim.AdamW``
+  ``ppo.micro_batch_size`` rows, PPO/value losses, metrics);
+* B, **bare**: fresh plain-torch copies of the same models (the same initial weights), ``torch.optim.AdamW``
   with the same learning rates, the same permutations (every update, the trainer's and the bare
   ones, starts from the same update RNG state) and the same micro-batch split
   (``Trainer._micro_batches``) of the same rows; per micro-batch one forward, a minimal loss on
   the response tokens (mean -logprob for the actor, squared value for the critic), one backward;
-  per minibatch gradient clipping and one optimizer step. Same warm-up and repeats.
+  per minibatch gradient clipping and one optimizer step.
 
 tokens/s = epochs x (prompt + response tokens of all rows) / seconds per update (both models). The
-ratio is update / bare tokens/s (goal >= 0.80): what the engines, losses and metrics cost on top of
-the arithmetic. The tiny model makes per-step overheads weigh more than they would on a real model.
+ratio of a pair is update / bare tokens/s (goal >= 0.80): what the engines, losses and metrics cost on
+top of the arithmetic; the result is the median of the per-pair ratios with their min-max. The tiny
+model makes per-step overheads weigh more than they would on a real model.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
-from perfbench import load_note, result_line, tiny_config  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from perfbench import (Result, add_common_args, load_note, preset_threads, report, threads_note,  # noqa: E402
+                       tiny_config)
+
+preset_threads()  # OMP_NUM_THREADS before torch is imported
+import torch  # noqa: E402
+
+from paired import paired_times, spread  # noqa: E402
 from verlog import update as U  # noqa: E402
 from verlog.advantages import compute_advantages  # noqa: E402
 from verlog.builders import tiny_model_dir  # noqa: E402
@@ -64,20 +68,6 @@ def run_update(trainer: Trainer, data: U.TrainingRows) -> None:
     U.update(data, actor=trainer.actor, critic=trainer.critic, spec=trainer.spec, cfg=trainer.cfg.ppo,
              aggregation=trainer.spec.loss_aggregation(trainer.cfg.algo.loss_aggregation), rng=trainer.update_rng,
              skipped=trainer.skipped, train_actor=True, pad_id=int(trainer.tokenizer.pad_token_id))
-
-
-def time_update(trainer: Trainer, data: U.TrainingRows, repeats: int, rng_state: torch.Tensor) -> list[float]:
-    """Seconds of each of ``repeats`` timed ``update`` calls (after one untimed call); every call
-    starts from the update RNG state ``rng_state``, so all draw the same permutations."""
-    trainer.update_rng.set_state(rng_state)
-    run_update(trainer, data)
-    times = []
-    for _ in range(repeats):
-        trainer.update_rng.set_state(rng_state)
-        tic = time.perf_counter()
-        run_update(trainer, data)
-        times.append(time.perf_counter() - tic)
-    return times
 
 
 def bare_models(trainer: Trainer) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -121,36 +111,28 @@ def bare_update(trainer: Trainer, models: tuple[torch.nn.Module, torch.nn.Module
                 bare_pass(model, optimizer, rows, micro, cfg.max_grad_norm, actor)
 
 
-def time_bare(trainer: Trainer, rows: Rows, repeats: int, rng_state: torch.Tensor) -> list[float]:
-    """Seconds of each of ``repeats`` timed bare updates (after one untimed one)."""
-    models = bare_models(trainer)
+def bare_optimizers(trainer: Trainer,
+                    models: tuple[torch.nn.Module, torch.nn.Module]) -> tuple[torch.optim.Optimizer, ...]:
+    """torch AdamW for the bare actor and critic, with the trainer's learning rates and weight decay."""
     ppo = trainer.cfg.ppo
-    optimizers = tuple(torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=ppo.weight_decay)
-                       for m, lr in zip(models, (ppo.actor_lr, ppo.critic_lr)))
-    bare_update(trainer, models, optimizers, rows, rng_state)
-    times = []
-    for _ in range(repeats):
-        tic = time.perf_counter()
-        bare_update(trainer, models, optimizers, rows, rng_state)
-        times.append(time.perf_counter() - tic)
-    return times
+    return tuple(torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=ppo.weight_decay)
+                 for m, lr in zip(models, (ppo.actor_lr, ppo.critic_lr)))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--repeats", type=int, default=2, help="timed updates of each kind (median; default 2)")
     p.add_argument("--num-envs", type=int, default=8, help="environments (default 8; the recipe has 32)")
     p.add_argument("--turns", type=int, default=None, help="turns per env (default: the recipe's, 16)")
+    add_common_args(p)
     p.add_argument("--quick", action="store_true",
-                   help="smallest run: 4 envs x 4 turns, 1 epoch x 2 minibatches of micro-batches of 4, 1 repeat, "
-                        "1 thread")
+                   help="smallest run: 4 envs x 4 turns, 1 epoch x 2 minibatches of micro-batches of 4")
     p.add_argument("overrides", nargs="*", help="more recipe overrides, key=value")
     args = p.parse_args(argv)
     overrides = ["format_warmup.steps=0", "env.vector_mode=sync", "eval.baseline=false", "logging.progress=false",
-                 "ppo.epochs=2", "ppo.minibatches=2"]
+                 "ppo.epochs=2", "ppo.minibatches=2", f"threads={args.threads}"]
     if args.quick:
-        args.repeats, args.num_envs, args.turns = 1, 4, 4
-        overrides += ["ppo.epochs=1", "ppo.minibatches=2", "ppo.micro_batch_size=4", "threads=1"]
+        args.num_envs, args.turns = 4, 4
+        overrides += ["ppo.epochs=1", "ppo.minibatches=2", "ppo.micro_batch_size=4"]
     if args.num_envs:
         overrides.append(f"env.num_envs={args.num_envs}")
     if args.turns:
@@ -161,21 +143,29 @@ def main(argv: list[str] | None = None) -> int:
         try:
             data = prepared_rows(trainer)
             rows = data.rows
-            rng_state = trainer.update_rng.get_state()
-            t_update = statistics.median(time_update(trainer, data, args.repeats, rng_state))
-            t_bare = statistics.median(time_bare(trainer, rows, args.repeats, rng_state))
+            rng_state = trainer.update_rng.get_state()  # every update, A's and B's, draws the same permutations
+            models = bare_models(trainer)
+            optimizers = bare_optimizers(trainer, models)
+
+            def update() -> None:
+                trainer.update_rng.set_state(rng_state)
+                run_update(trainer, data)
+
+            times = paired_times(update, lambda: bare_update(trainer, models, optimizers, rows, rng_state),
+                                 pairs=args.pairs)
         finally:
             trainer.collector.close()
+    t_update, t_bare = spread(times.a).median, spread(times.b).median
     ppo = cfg.ppo
     tokens = ppo.epochs * int(rows.attention_mask.sum())
     first = torch.arange(len(rows)).tensor_split(ppo.minibatches)[0]
     n_micro = len(U.micro_batches(first, rows.attention_mask.sum(-1), ppo).batches)
     print(f"bench_update: {len(rows)} rows, {int(rows.attention_mask.sum())} tokens, {ppo.epochs} epochs x "
           f"{ppo.minibatches} minibatches x {n_micro} micro-batches of <= {ppo.micro_batch_size} rows, actor + critic, "
-          f"ZeRO-{cfg.deepspeed.zero_stage}, {torch.get_num_threads()} threads; update {t_update:.2f} s, bare "
-          f"{t_bare:.2f} s (median of {args.repeats}); {load_note()}")
-    print(result_line("P4 update", f"update {tokens / t_update:.0f} tokens/s vs bare torch {tokens / t_bare:.0f} "
-                      f"tokens/s", t_bare / t_update, f">= {GOAL:.2f}"))
+          f"ZeRO-{cfg.deepspeed.zero_stage}, {threads_note(torch.get_num_threads())}; update {t_update:.2f} s, bare "
+          f"{t_bare:.2f} s (medians of {args.pairs} pairs); {load_note()}")
+    report(Result.of("P4", "update", f"update {tokens / t_update:.0f} tokens/s vs bare torch {tokens / t_bare:.0f} "
+                     f"tokens/s", f">= {GOAL:.2f}", times.rate_ratios(), torch.get_num_threads()), args.json)
     return 0
 
 

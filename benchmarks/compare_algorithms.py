@@ -45,6 +45,7 @@ def run_one(out: Path, recipe: str, algorithm: str, seed: int, budget: int, extr
     args = [sys.executable, "-c", "from verlog.cli import train_main; train_main()", recipe, f"algorithm={algorithm}",
             f"seed={seed}", f"turn_budget={budget}", "iterations=100000", f"name={name}", f"run_root={out}",
             "overwrite=true", "threads=1", "logging.progress=false", "eval.baseline=false", *extra]
+    # Its own clock: the run's wall seconds are a column of results.csv, not one side of a paired ratio.
     tic = time.perf_counter()
     proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
     seconds = time.perf_counter() - tic

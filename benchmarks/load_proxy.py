@@ -59,6 +59,8 @@ async def run_agents(server: ProxyServer, agents: int, requests: int) -> tuple[f
                 r = await http.post(url, json={"model": "fake", "messages": messages(a, k), "max_tokens": 16})
                 if r.status_code != 200 or r.json()["choices"][0]["message"]["content"] != REPLY:
                     failed += 1
+        # Its own clock (perfbench.timed times a plain call, not a coroutine); like the direct rate
+        # below, this is context for the no-loss check, not one side of a paired ratio.
         start = time.perf_counter()
         await asyncio.gather(*(agent(a) for a in range(agents)))
         return time.perf_counter() - start, failed
