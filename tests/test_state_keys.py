@@ -73,3 +73,65 @@ def test_crafter_key_before_reset_raises():
     pytest.importorskip("crafter")
     with pytest.raises(RuntimeError, match="reset"):
         _ = make_env("crafter/default").state_key
+
+
+# ----------------------------------------------------------------------------- MiniHack and NetHack
+NETHACK_TASKS = ["minihack/MazeWalk-9x9", "nle/default"]
+MOVES = ["north", "east", "south", "west", "northeast", "southeast", "southwest", "northwest"]
+
+
+def _nethack_env(task: str, seed: int):
+    pytest.importorskip("nle")
+    if task.startswith("minihack/"):
+        pytest.importorskip("minihack")
+    env = make_env(task)
+    env.reset(seed=seed)
+    return env
+
+
+def _position(env) -> tuple[int, int]:
+    from nle import nethack
+
+    blstats = env.blstats
+    return int(blstats[nethack.NLE_BL_X]), int(blstats[nethack.NLE_BL_Y])
+
+
+@pytest.mark.parametrize("task", NETHACK_TASKS)
+def test_nethack_key_is_deterministic_and_follows_the_game(task):
+    a, b = _nethack_env(task, 3), _nethack_env(task, 3)
+    assert isinstance(a.state_key, bytes) and len(a.state_key) == 32
+    assert a.state_key == b.state_key
+    assert _nethack_env(task, 4).state_key != a.state_key  # another level or character
+    moved = False
+    for action in ["esc", *MOVES]:  # esc first: NetHack's welcome may wait for a key
+        before, where = a.state_key, _position(a)
+        a.step(f"ACTION: {action}")
+        b.step(f"ACTION: {action}")
+        assert a.state_key == b.state_key
+        if _position(a) != where:
+            moved = True
+            assert a.state_key != before
+    assert moved, "no move changed the position"
+    a.close(), b.close()
+
+
+@pytest.mark.parametrize("task", NETHACK_TASKS)
+def test_nethack_key_holds_the_inventory_the_observation_text_leaves_out(task):
+    env = _nethack_env(task, 3)
+    text, key = env.describe(), env.state_key
+    obs = env._obs
+    inv_strs = obs["inv_strs"].copy()
+    inv_strs[0, 0] = ord("Z") if inv_strs[0, 0] != ord("Z") else ord("Y")
+    env._obs = {**obs, "inv_strs": inv_strs}  # the same screen, another inventory
+    assert env.describe() == text and env.state_key != key
+    env._obs = obs
+    assert env.state_key == key
+    env.close()
+
+
+def test_nethack_key_before_reset_raises():
+    pytest.importorskip("minihack")
+    env = make_env("minihack/MazeWalk-9x9")
+    with pytest.raises(RuntimeError, match="reset"):
+        _ = env.state_key
+    env.close()
