@@ -223,8 +223,9 @@ class TextEnv(gymnasium.Env, ABC):
         """The exact current game state as bytes (not its text), for GiGPO's anchor states.
 
         Two states with equal keys must be the same game state, so that grouping turns by key
-        groups identical decision points (Feng et al. 2025, GiGPO, sec. 3.2). Games that can
-        report it override this; the default raises.
+        groups identical decision points (Feng et al. 2025, GiGPO, sec. 3.2). A game whose state is
+        partly hidden from the env (NetHack's, inside its game process) keys the part the agent
+        observes. Games that can report it override this; the default raises.
 
         Raises:
             NotImplementedError: the game does not report state keys.

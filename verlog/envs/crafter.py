@@ -81,6 +81,9 @@ episode on its own. Extra ``info`` keys: ``achievements`` (sorted list of the un
 names), ``new_achievements`` (those unlocked by this step) and ``episode_seed`` (the int that
 reproduces this episode through ``reset(seed=episode_seed)``).
 
+:attr:`CrafterTextEnv.state_key` (GiGPO's anchor states) is the exact state of the whole world, not
+only of the view, as a 32-byte digest.
+
 **Reset takes one Noop step**, as BALROG's wrapper does (it steps once to obtain crafter's info
 dict): the first observation is the world after that step (creatures have moved once, crafter's
 clock reads 1), which changes the first text for some seeds (3 of seeds 0-19). That step is not an episode step
@@ -142,6 +145,7 @@ from verlog.envs.crafter_game import (  # ACHIEVEMENTS and CRAFTER_ACTIONS are a
     CRAFTER_ACTIONS,
     DEFAULT_ACTION,
     TextOnlyCrafter,
+    world_state_key,
 )
 from verlog.envs.crafter_balrog_text import describe_balrog_view
 from verlog.envs.crafter_prompts import INSTRUCTION_STYLES
@@ -242,6 +246,24 @@ class CrafterTextEnv(TextEnv):
         """Vitals and inventory (:func:`~verlog.envs.crafter_text.describe_status`). RuntimeError before reset."""
         item_names = "crafter" if self.text_style == "balrog" else "spaces"
         return describe_status(self._player().inventory, item_names=item_names)
+
+    @property
+    def state_key(self) -> bytes:
+        """The exact state of the whole world, as a 32-byte digest
+        (:func:`~verlog.envs.crafter_game.world_state_key`): the clock, the player (position, facing,
+        sleep, inventory and vitals, hidden hunger/thirst/fatigue counters, unlocked achievements),
+        every creature, arrow and plant with its health and timers, and the whole material map.
+
+        The whole world rather than the player's 9 x 7 view: placed tables, mined blocks and creatures
+        out of sight shape what follows, and a key must never merge two different states (separating
+        two equal ones only loses grouping). Left out: crafter's random stream (the chance in a state,
+        not the state) and the episode's step limit.
+
+        Raises:
+            RuntimeError: before the first reset.
+        """
+        self._player()
+        return world_state_key(self.crafter)
 
     def _player(self):
         return require_episode(self.crafter._player)

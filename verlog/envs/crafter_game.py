@@ -1,5 +1,6 @@
 """crafter as the text env runs it: BALROG's action names mapped onto crafter's actions, crafter's
-achievements, and a crafter that renders no frames and replays exactly from a seed.
+achievements, a crafter that renders no frames and replays exactly from a seed, and the exact world
+state as a key (:func:`world_state_key`).
 
 :func:`make_world_deterministic` replaces the world's per-chunk object sets with insertion-ordered
 ones, and :class:`TextOnlyCrafter` skips drawing frames while drawing the same random numbers as
@@ -9,11 +10,12 @@ crafter's renderer; :mod:`verlog.envs.crafter` explains why both are needed.
 from __future__ import annotations
 
 import collections
-from typing import Any
+import hashlib
+from typing import Any, Callable
 
 import crafter
 import numpy as np
-from crafter import constants, engine
+from crafter import constants, engine, objects
 
 __all__ = [
     "ACHIEVEMENTS",
@@ -22,6 +24,7 @@ __all__ = [
     "DEFAULT_ACTION",
     "TextOnlyCrafter",
     "make_world_deterministic",
+    "world_state_key",
 ]
 
 #: BALROG action name -> crafter's action name (looked up in ``crafter.constants.actions`` by name).
@@ -157,3 +160,59 @@ def _check_image_size(image_size: Any) -> tuple[int, int]:
     if any(n < 9 for n in image_size):
         raise ValueError(f"image_size must be at least (9, 9) pixels (one per view cell), got {image_size!r}")
     return int(image_size[0]), int(image_size[1])
+
+
+#: crafter's object classes -> (a code, the object's state besides its kind, position and health). The
+#: player's is written separately (:func:`_player_numbers`); cows and fences hold nothing else.
+_OBJECT_STATE: dict[type, tuple[int, Callable[[Any], tuple]]] = {
+    objects.Player: (1, lambda obj: ()),
+    objects.Cow: (2, lambda obj: ()),
+    objects.Zombie: (3, lambda obj: (obj.cooldown,)),
+    objects.Skeleton: (4, lambda obj: (obj.reload,)),
+    objects.Arrow: (5, lambda obj: tuple(obj.facing)),
+    objects.Plant: (6, lambda obj: (obj.grown,)),
+    objects.Fence: (7, lambda obj: ()),
+}
+
+
+def _player_numbers(game: crafter.Env) -> list[float]:
+    """The player's state besides its place among the objects: facing, sleeping, the inventory (vitals
+    included) in crafter's item order, the hidden hunger/thirst/fatigue/recovery counters and the
+    health of the last update (which decides waking up when hurt), and the unlocked achievements."""
+    player = game._player
+    unlocked = [name in game._unlocked for name in ACHIEVEMENTS]
+    return [*player.facing, player.sleeping, *(player.inventory[name] for name in constants.items),
+            player._hunger, player._thirst, player._fatigue, player._recover, player._last_health, *unlocked]
+
+
+def world_state_key(game: crafter.Env) -> bytes:
+    """A 32-byte BLAKE2b digest of the exact state of a running crafter game (equal digests: the same state).
+
+    It hashes, as numbers of one fixed layout: the step counter (the time of day and the 10-step
+    creature balancing are functions of it), :func:`_player_numbers`, every object of the WHOLE world
+    in crafter's update order (kind, position, health, and a zombie's cooldown, a skeleton's reload, an
+    arrow's direction, a plant's growth), then the whole 64 x 64 material map. The raw bytes are about
+    4.5 KB plus 32 to 48 bytes per object, hence the digest.
+
+    Left out, as they are not the state: ``world.random`` (crafter's random stream: the source of chance
+    in a state, not part of it), achievement counts beyond the first unlock (they change nothing), the
+    last action, and the memory order of the per-chunk object sets (crafter picks from them at random).
+
+    Raises:
+        RuntimeError: ``game`` has no episode yet, or holds an object kind crafter 1.8.3 does not have
+            (its state would be missing from the key).
+    """
+    if game._player is None:
+        raise RuntimeError("no episode yet: call reset() first")
+    numbers: list[float] = [game._step, *_player_numbers(game)]
+    for obj in game._world.objects:
+        entry = _OBJECT_STATE.get(type(obj))
+        if entry is None:
+            raise RuntimeError(f"crafter object {type(obj).__name__} has no state layout in the key")
+        code, extra = entry
+        numbers.extend((code, *obj.pos, obj.health, *extra(obj)))
+    # every number (ints, and counters in steps of 0.5) is exact in float64
+    head = np.asarray(numbers, dtype=np.float64).tobytes()
+    digest = hashlib.blake2b(head, digest_size=32)
+    digest.update(game._world._mat_map.tobytes())
+    return digest.digest()

@@ -30,6 +30,9 @@ except when the goal step also took no game time (a fast character's free move):
 its -0.01 frozen-time penalty, the reward is 0.99 and BALROG scores a reached goal as a failure
 (measured: 1 of 9 random-walk successes in MazeWalk-9x9 with a monk). We count it as a success.
 
+The state key (GiGPO's anchor states, :attr:`~verlog.envs.nethack_text.NetHackTextEnvBase.state_key`)
+is the observable state: NLE's observation arrays, not the game's hidden internals.
+
 Instructions (our words): ``"full"`` has the goal line of the task's family, the actions with
 glosses, two tips and the reply format; ``"brief"`` the goal, the action names and the reply format.
 Goal lines: Corridor/CorridorBattle "explore the level and reach the staircase down", Quest "fight

@@ -55,6 +55,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+import hashlib
+
 import gymnasium
 import numpy as np
 from nle import nethack
@@ -93,7 +95,7 @@ __all__ = [
     "make_nle_env",
 ]
 
-#: The NLE observation keys the text envs ask for.
+#: The NLE observation keys the text envs ask for (and hash, in this order, into the state key).
 OBSERVATION_KEYS: tuple[str, ...] = (
     "glyphs", "blstats", "message", "tty_chars", "tty_cursor", "inv_strs", "inv_letters",
 )  # fmt: skip
@@ -268,6 +270,32 @@ class NetHackTextEnvBase(TextEnv):
     def blstats(self) -> np.ndarray:
         """A copy of NLE's bottom-line statistics of the current state. RuntimeError before reset."""
         return require_episode(self._obs)["blstats"].copy()
+
+    @property
+    def state_key(self) -> bytes:
+        """The observable game state: a 32-byte BLAKE2b digest of NLE's arrays :data:`OBSERVATION_KEYS`.
+
+        Each array has a fixed shape and type, so their concatenation is unambiguous. They hold the map
+        as glyphs (every monster, object and feature seen or remembered, by identity, not by character),
+        the bottom-line statistics (position, hit points, depth, experience, hunger, turn counter ...),
+        the terminal (message line, menus and prompts, status lines), the cursor, NLE's message and the
+        inventory (letters and descriptions): about 10 KB, hence the digest.
+
+        It is the state as the agent sees it, not NetHack's whole state: monsters out of sight, the
+        unexplored level, the true identity of unidentified items and the random number generator live
+        in the game process, and NLE does not expose them. Two games that look the same may differ
+        there, and get one key. That is the grouping GiGPO needs: the policy sees only this, so it can
+        only choose by it. Messages dismissed by the step's automatic ``--More--`` presses are left
+        out (they tell how the state was reached; the message on screen now is in).
+
+        Raises:
+            RuntimeError: before the first reset.
+        """
+        obs = require_episode(self._obs)
+        digest = hashlib.blake2b(digest_size=32)
+        for name in OBSERVATION_KEYS:
+            digest.update(obs[name].tobytes())
+        return digest.digest()
 
     def describe(self) -> str:
         """The text observation of the current state (no notice line). RuntimeError before reset."""

@@ -39,6 +39,9 @@ Dlvl 2 = 0.0154 ... Dlvl 50 = 0.807, Xp 30 = 0.780); levels missing from the tab
 
 Seeding: NetHackChallenge forbids setting NetHack's seeds; like BALROG's ``balrog-nle`` fork we lift
 that lock (on our env object only) so that ``reset(seed=...)`` reproduces an episode exactly.
+
+The state key (GiGPO's anchor states, :attr:`~verlog.envs.nethack_text.NetHackTextEnvBase.state_key`)
+is the observable state: NLE's observation arrays, not the game's hidden internals.
 """
 
 from __future__ import annotations

@@ -1,0 +1,137 @@
+"""State keys (``TextEnv.state_key``, GiGPO's anchor states) of Crafter, MiniHack, NetHack and TextWorld.
+
+Each family's key must be bytes, the same for the same state in two envs (same seed, same actions),
+different after a change of state, and cover state that the text does not show (or, where that is
+the point, stay put when only the text changes).
+
+These games are the ``balrog`` extra (setup.cfg): a family whose package is missing is skipped.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from verlog.envs import make_env
+
+
+# ----------------------------------------------------------------------------- Crafter
+def _crafter_env(seed: int):
+    pytest.importorskip("crafter")
+    env = make_env("crafter/default")
+    env.reset(seed=seed)
+    return env
+
+
+def _crafter_seen(env) -> tuple[str, str]:
+    """What the agent is told: the observation text and the context."""
+    return env.describe(), env.context
+
+
+def test_crafter_key_is_deterministic_and_follows_the_game():
+    a, b = _crafter_env(5), _crafter_env(5)
+    assert isinstance(a.state_key, bytes) and len(a.state_key) == 32
+    assert a.state_key == b.state_key
+    assert _crafter_env(6).state_key != a.state_key  # another world
+    for action in ["Move West", "Do", "Move North", "Noop", "Move East", "Do"]:
+        before = a.state_key
+        a.step(f"ACTION: {action}")
+        b.step(f"ACTION: {action}")
+        assert a.state_key == b.state_key
+        assert a.state_key != before  # at least the clock and the hunger/thirst counters moved
+    moved, stayed = _crafter_env(5), _crafter_env(5)
+    moved.step("ACTION: Move West")
+    stayed.step("ACTION: Noop")
+    assert moved.state_key != stayed.state_key
+
+
+def test_crafter_key_holds_the_whole_world_and_hidden_counters_but_not_the_random_stream():
+    env, twin = _crafter_env(5), _crafter_env(5)
+    seen, key = _crafter_seen(env), env.state_key
+    world, player = env.crafter._world, env.crafter._player
+    assert tuple(player.pos) == (32, 32)  # the corner cell below is far outside the 9 x 7 view
+    world[(0, 0)] = "lava" if world[(0, 0)][0] != "lava" else "grass"
+    assert _crafter_seen(env) == seen and env.state_key != key  # the same text, another world
+    player._hunger = twin.crafter._player._hunger + 1
+    world[(0, 0)] = twin.crafter._world[(0, 0)][0]
+    assert _crafter_seen(env) == seen and env.state_key != key  # the same text, hungrier sooner
+    player._hunger = twin.crafter._player._hunger
+    assert env.state_key == key
+    env.crafter._world.random.uniform()  # the random stream moved on: chance, not state
+    assert env.state_key == key
+
+
+def test_crafter_actions_without_effect_lead_to_one_key():
+    # nothing to craft with and nothing to place: both leave the world as a Noop does (no random draw)
+    noop, craft, place = _crafter_env(5), _crafter_env(5), _crafter_env(5)
+    noop.step("ACTION: Noop")
+    craft.step("ACTION: Make Wood Pickaxe")
+    place.step("ACTION: Place Stone")
+    assert noop.state_key == craft.state_key == place.state_key
+
+
+def test_crafter_key_before_reset_raises():
+    pytest.importorskip("crafter")
+    with pytest.raises(RuntimeError, match="reset"):
+        _ = make_env("crafter/default").state_key
+
+
+# ----------------------------------------------------------------------------- MiniHack and NetHack
+NETHACK_TASKS = ["minihack/MazeWalk-9x9", "nle/default"]
+MOVES = ["north", "east", "south", "west", "northeast", "southeast", "southwest", "northwest"]
+
+
+def _nethack_env(task: str, seed: int):
+    pytest.importorskip("nle")
+    if task.startswith("minihack/"):
+        pytest.importorskip("minihack")
+    env = make_env(task)
+    env.reset(seed=seed)
+    return env
+
+
+def _position(env) -> tuple[int, int]:
+    from nle import nethack
+
+    blstats = env.blstats
+    return int(blstats[nethack.NLE_BL_X]), int(blstats[nethack.NLE_BL_Y])
+
+
+@pytest.mark.parametrize("task", NETHACK_TASKS)
+def test_nethack_key_is_deterministic_and_follows_the_game(task):
+    a, b = _nethack_env(task, 3), _nethack_env(task, 3)
+    assert isinstance(a.state_key, bytes) and len(a.state_key) == 32
+    assert a.state_key == b.state_key
+    assert _nethack_env(task, 4).state_key != a.state_key  # another level or character
+    moved = False
+    for action in ["esc", *MOVES]:  # esc first: NetHack's welcome may wait for a key
+        before, where = a.state_key, _position(a)
+        a.step(f"ACTION: {action}")
+        b.step(f"ACTION: {action}")
+        assert a.state_key == b.state_key
+        if _position(a) != where:
+            moved = True
+            assert a.state_key != before
+    assert moved, "no move changed the position"
+    a.close(), b.close()
+
+
+@pytest.mark.parametrize("task", NETHACK_TASKS)
+def test_nethack_key_holds_the_inventory_the_observation_text_leaves_out(task):
+    env = _nethack_env(task, 3)
+    text, key = env.describe(), env.state_key
+    obs = env._obs
+    inv_strs = obs["inv_strs"].copy()
+    inv_strs[0, 0] = ord("Z") if inv_strs[0, 0] != ord("Z") else ord("Y")
+    env._obs = {**obs, "inv_strs": inv_strs}  # the same screen, another inventory
+    assert env.describe() == text and env.state_key != key
+    env._obs = obs
+    assert env.state_key == key
+    env.close()
+
+
+def test_nethack_key_before_reset_raises():
+    pytest.importorskip("minihack")
+    env = make_env("minihack/MazeWalk-9x9")
+    with pytest.raises(RuntimeError, match="reset"):
+        _ = env.state_key
+    env.close()
