@@ -5,6 +5,18 @@ game itself (``_reset_game``/``_step_game`` plus a few properties); the base cla
 substitutes the default action for an invalid reply (with a notice line and an optional format
 penalty), enforces the step limit, and fills ``info`` with the same keys at every step so that
 gymnasium's vector envs can merge infos into arrays.
+
+How an episode ends (the rule the critic's bootstrap depends on): ``terminated`` says the game reached
+an end state of its own (won, lost, or out of the turns its rules give and tell the player), so no
+value follows and the critic bootstraps nothing; ``truncated`` says the episode was cut from outside
+the game (this class's ``max_steps``, or a cut the game itself flags as one), so the critic values the
+last observation in place of the future that was cut off. A game step that reports both is a
+termination: once the game is over, a step limit running out at the same moment changes nothing (in
+gymnasium's terms ``terminated`` is about the task's own states, and a learner bootstraps only when it
+is false), so :meth:`TextEnv.step` then reports ``terminated=True, truncated=False``: the two are never
+both true. An adapter of another library maps that library's flags by what they mean, not by their
+names: a turn limit that the game states to the player is part of the game (terminated), one imposed
+without the player being told is a cut (truncated).
 """
 
 from __future__ import annotations
@@ -114,7 +126,8 @@ class TextEnv(gymnasium.Env, ABC):
     found, ``default_action`` is executed, the next observation starts with
     :func:`invalid_action_notice` on its own line, and ``format_penalty`` is ADDED to the game reward.
     After ``max_steps`` steps the episode is truncated (``truncated=True``) unless the game terminated on
-    that very step; ``terminated`` and ``truncated`` are never both true.
+    that very step. A game step that reports both ``terminated`` and ``truncated`` is a termination
+    (see the module docstring): ``terminated`` and ``truncated`` are never both true.
 
     ``info`` always holds the keys of :data:`INFO_KEYS`: ``instruction`` (str), ``valid_actions``
     (list[str]), ``progression`` (float), ``success`` (bool), ``episode_step`` (int, steps taken in this
