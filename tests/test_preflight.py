@@ -17,7 +17,8 @@ from verlog.preflight import check_buildable
                                                "import path package.module:Name, got 'babyai/nonexistent'"),
     ("tiny", ["env.task=nofamily"], "env.task: expected a registered environment"),
     ("tiny", ["agent.credit=all"], "agent.credit: expected one of final, discounted, gae, got 'all'"),
-    ("calculator_tools", ["agent.task=chess"], "agent.task: expected one of calculator, got 'chess'"),
+    ("calculator_tools", ["agent.task=chess"], "agent.task: expected one of calculator or an import path "
+                                               "package.module:Class, got 'chess'"),
     ("calculator_proxy", ["agent.agent=verlog.nothing:here"], "agent.agent: cannot load 'verlog.nothing:here'"),
     ("calculator_proxy", ["agent.agent=no_colon"], "agent.agent: expected 'module:function', got 'no_colon'"),
     ("calculator_proxy", ["agent.agent=os:sep"], "agent.agent: 'os:sep' is not callable"),

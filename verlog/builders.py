@@ -19,6 +19,7 @@ from verlog.algos.registry import AlgorithmSpec
 from verlog.config import MemoryConfig, RolloutConfig, TrainConfig
 from verlog.envs.vector import make_vector_env
 from verlog.evaluate import EvalResult, evaluate
+from verlog.imports import is_import_path
 from verlog.memory import Memory, memory_class
 from verlog.model_sources import locate_model, resolve_model, source_kind
 from verlog.models import ModelLoadError, load_actor, load_tokenizer
@@ -34,9 +35,9 @@ from verlog.warmup import WarmupExample, collect_prompts, env_corpus, format_war
 
 def tiny_model_dir(cfg: TrainConfig) -> Path:
     """Where ``model.path=tiny`` keeps the tiny model of ``cfg.env.task`` (or of ``cfg.agent.task``
-    for a tool task) under ``model.cache_dir``."""
-    name = f"agent-{cfg.agent.task}" if uses_agent(cfg) else cfg.env.task.replace('/', '-')
-    return Path(cfg.model.cache_dir) / f"tiny-{name}"
+    for a tool task) under ``model.cache_dir`` (``/`` and ``:`` of the name written ``-``)."""
+    name = f"agent-{cfg.agent.task}" if uses_agent(cfg) else cfg.env.task
+    return Path(cfg.model.cache_dir) / f"tiny-{name.replace('/', '-').replace(':', '-')}"
 
 
 def uses_agent(cfg: TrainConfig) -> bool:
@@ -235,7 +236,10 @@ def evaluate_config(cfg: TrainConfig, engine: RolloutEngine, tokenizer: Any, *, 
 
 # ---------------------------------------------------------------------- tool tasks (agent.loop tools/proxy)
 def agent_task(cfg: TrainConfig) -> AgentTask:
-    """The tool task ``agent.task`` of ``cfg``."""
+    """The tool task ``agent.task`` of ``cfg``: a built-in one (with ``agent.max_operand``) or an
+    environment class by import path (with its rows from ``agent.dataset``)."""
+    if is_import_path(cfg.agent.task):
+        return make_agent_task(cfg.agent.task, dataset=cfg.agent.dataset)
     return make_agent_task(cfg.agent.task, max_operand=cfg.agent.max_operand)
 
 
@@ -248,16 +252,18 @@ def agent_limits(cfg: TrainConfig) -> AgentLimits:
 
 def agent_warmup_examples(cfg: TrainConfig, tokenizer: Any, *, items: int, seed: int) -> list[WarmupExample]:
     """The format warm-up's examples of a tool task: ``items`` items' warm-up scripts run through the
-    tool loop (:func:`~verlog.agent.scripted.scripted_examples`), so the prompts are the loop's own."""
+    tool loop (:func:`~verlog.agent.scripted.scripted_examples`), so the prompts are the loop's own.
+    Each script runs on a conversation of its own (``task.start``), so no script sees another's state."""
     task, limits = agent_task(cfg), agent_limits(cfg)
-
-    def make_loop(engine: Any) -> ToolAgentLoop:
-        return ToolAgentLoop(engine, tokenizer, task.tools(), limits=limits, check_template=False)
 
     async def run() -> list[WarmupExample]:
         out: list[WarmupExample] = []
         for item in task.make_items(items, seed):
-            out += await scripted_examples(tokenizer, make_loop, item.messages(), task.warmup_scripts(item))
+            def make_loop(engine: Any, item: Any = item) -> ToolAgentLoop:
+                return ToolAgentLoop(engine, tokenizer, task.start(item).tools, limits=limits, check_template=False)
+
+            messages = task.start(item).messages
+            out += await scripted_examples(tokenizer, make_loop, messages, task.warmup_scripts(item))
         return out
 
     return asyncio.run(run())

@@ -143,7 +143,11 @@ class AgentConfig:
 
     loop: str = _f("env", "env: text environments; tools: the built-in tool-calling loop on agent.task; proxy: "
                           "the agent function agent.agent talking to an OpenAI-compatible proxy")
-    task: str = _f("calculator", "tool task of loop tools/proxy (calculator)")
+    task: str = _f("calculator", "tool task of loop tools/proxy (calculator), or loop tools: an environment class "
+                                 "package.module:Class in TRL's convention (docs/agents.md)")
+    dataset: Optional[str] = _f(None, "agent.task a class: its rows, package.module:name of a function (n, seed) -> "
+                                      "rows or a list of rows, each a dict with a prompt; None: reset() writes "
+                                      "the prompt")
     agent: str = _f("verlog.agent.calculator_openai:solve", "loop proxy: the agent, 'module:function' called as "
                     "function(item, base_url=, reward_url=, temperature=, max_tokens=)")
     max_operand: int = _f(99, "calculator: operands are integers 2..max_operand")

@@ -3,7 +3,8 @@
 :func:`verlog.config.validate` checks values alone (types, ranges, choices); the names below are
 checked here, once the config is loaded and before anything is built: the algorithm (its traits in
 :data:`verlog.catalog.ALGORITHM_TRAITS` and what they require of the rest of the config), the
-environment task, the tool task, the proxy's credit mode, the proxy's agent function and the memory
+environment task, the tool task (an environment class given by import path and its rows too), the
+proxy's credit mode, the proxy's agent function and the memory
 class (``memory.type``); that the
 reply prefix applies (text envs only, and a start of the format warm-up's replies); that ``resume``
 names a run directory; and that the machine has the GPUs a recipe asks for.
@@ -11,7 +12,8 @@ names a run directory; and that the machine has the GPUs a recipe asks for.
 Names are checked against the import-free lists of :mod:`verlog.catalog`, so a bad name is refused
 within a second of the command; the heavy modules (env families, torch, an agent's module) are
 imported only by the checks that need them: :func:`check_state_keys` and
-:func:`check_distance_shaping` build an env, ``agent.agent`` imports the agent's module.
+:func:`check_distance_shaping` build an env, ``agent.agent`` imports the agent's module, an
+environment class given as ``agent.task`` imports its module (and that of ``agent.dataset``).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, MI
 from verlog.config import ConfigError, TrainConfig
 from verlog.imports import is_import_path, module_exists
 
-__all__ = ["check_algorithm", "check_buildable", "check_distance_shaping", "check_env_task", "check_external_env",
-           "check_gpus", "check_memory_type", "check_reply_prefix", "check_resume", "check_state_keys",
+__all__ = ["check_agent_task", "check_algorithm", "check_buildable", "check_distance_shaping", "check_env_task",
+           "check_external_env", "check_gpus", "check_memory_type", "check_reply_prefix", "check_resume", "check_state_keys",
            "check_trainable_layers"]
 
 
@@ -180,8 +182,8 @@ def check_buildable(cfg: TrainConfig) -> None:
 
     Raises:
         ConfigError: one line naming the first offending key: ``agent.credit`` not a credit mode of
-            :mod:`verlog.proxy.adapter`, ``env.task`` not a registered environment, ``agent.task`` not
-            a tool task of :mod:`verlog.agent.tasks`, ``agent.agent`` not a loadable function,  a
+            :mod:`verlog.proxy.adapter`, ``env.task`` not a registered environment, ``agent.task`` or
+            ``agent.dataset`` refused by :func:`check_agent_task`, ``agent.agent`` not a loadable function, a
             ``memory.reply_prefix`` that :func:`check_reply_prefix` refuses, ``env.task_weights`` that
             :func:`check_task_weights` refuses, an ``env.task`` that :func:`check_env_task` refuses, a
             ``memory.type`` that
@@ -197,11 +199,64 @@ def check_buildable(cfg: TrainConfig) -> None:
     if cfg.agent.loop == "env":
         check_env_task(cfg.env.task)
     check_task_weights(cfg)
-    if cfg.agent.loop != "env" and cfg.agent.task not in AGENT_TASK_NAMES:
-        raise ConfigError(f"agent.task: expected one of {', '.join(sorted(AGENT_TASK_NAMES))}, got {cfg.agent.task!r}"
-                          f"{did_you_mean(cfg.agent.task, AGENT_TASK_NAMES)}")
+    if cfg.agent.loop != "env":
+        check_agent_task(cfg)
     if cfg.agent.loop == "proxy":
         _check_agent_fn(cfg.agent.agent)
+
+
+def check_agent_task(cfg: TrainConfig) -> None:
+    """``agent.task`` names a built-in tool task, or the import path of an environment class in TRL's
+    convention (:mod:`verlog.env_class`) run by ``agent.loop=tools``; then the class and its rows
+    (``agent.dataset``) are checked without making an instance: the user's modules are imported, two
+    rows are drawn (``(2, 0)``) and each must have a prompt that ``reset`` can take with the other
+    columns.
+
+    Raises:
+        ConfigError: one line naming ``agent.task`` (an unknown name, a path that cannot be loaded, not
+            a class, no ``reset`` or ``get_reward``, no public method, a method that cannot be a tool,
+            a ``reset`` that cannot take the row's columns, a class with ``agent.loop=proxy``) or
+            ``agent.dataset`` (given with a built-in task, cannot be loaded or drawn from, a row
+            without a usable prompt).
+    """
+    task, dataset = cfg.agent.task, cfg.agent.dataset
+    if not is_import_path(task):
+        if task not in AGENT_TASK_NAMES:
+            raise ConfigError(f"agent.task: expected one of {', '.join(sorted(AGENT_TASK_NAMES))} or an import path "
+                              f"package.module:Class, got {task!r}{did_you_mean(task, AGENT_TASK_NAMES)}")
+        if dataset is not None:
+            raise ConfigError(f"agent.dataset: rows are for an agent.task given as a class package.module:Class, "
+                              f"not the built-in {task!r}; leave agent.dataset unset")
+        return
+    if cfg.agent.loop != "tools":
+        raise ConfigError(f"agent.task: an environment class ({task}) runs with agent.loop=tools, not "
+                          f"{cfg.agent.loop}")
+    from verlog.env_class import (RowSourceError, check_env_class, check_reset_takes, load_object, row_problem,
+                                  row_source)
+
+    try:
+        cls = load_object(task)
+        check_env_class(cls, task)
+    except ValueError as exc:
+        raise ConfigError(f"agent.task: {exc}") from None
+    try:
+        source = row_source(dataset)
+    except ValueError as exc:
+        raise ConfigError(f"agent.dataset: {exc}") from None
+    try:
+        rows = source(2, 0)
+    except RowSourceError as exc:
+        raise ConfigError(f"agent.dataset: {exc}") from None
+    except Exception as exc:  # the user's row function may raise anything
+        raise ConfigError(f"agent.dataset: {dataset}(2, 0) raised {type(exc).__name__}: {_one_line(exc)}") from None
+    for k, row in enumerate(rows):
+        problem = row_problem(row)
+        if problem is not None:
+            raise ConfigError(f"agent.dataset: row {k} of {dataset}(2, 0) {problem}")
+        try:
+            check_reset_takes(cls, task, row)
+        except ValueError as exc:
+            raise ConfigError(f"agent.task: {exc}") from None
 
 
 def check_env_task(task: str) -> None:

@@ -10,13 +10,13 @@ warm-up teaches the call and answer formats while leaving which expression to co
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from verlog.agent.formats import corpus_text, tool_call_text
 from verlog.tools.examples import calculate, evaluate_arithmetic
 
 __all__ = ["CalculatorQuestion", "SYSTEM_PROMPT", "make_questions", "parse_answer", "calculator_reward",
@@ -90,12 +90,6 @@ def calculator_tools() -> list:
     return [calculate]
 
 
-def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
-    """A Hermes tool call as the Qwen-family templates write one (and :func:`~verlog.agent.parse_reply`
-    reads it): ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``."""
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
-
-
 def answer_text(value: float | int | str) -> str:
     """The final reply ``ANSWER: <value>`` (a whole float written as an int)."""
     if isinstance(value, float) and value.is_integer():
@@ -118,24 +112,14 @@ def warmup_scripts(question: CalculatorQuestion) -> list[list[str]]:
 
 
 def calculator_corpus(n: int, seed: int, max_operand: int = 99) -> list[str]:
-    """Texts for the tiny tokenizer: ``n`` whole conversations of the warm-up scripts rendered by the
-    tiny model's chat template with the ``calculate`` tool (so the template's tool block, calls, tool
-    responses and answers are all in the corpus)."""
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    from verlog.tiny_model import CHATML_TEMPLATE
-
-    tools = [t.openai_schema() for t in calculator_tools()]
+    """Texts for the tiny tokenizer: ``n`` questions' warm-up conversations, one per script, rendered
+    by :func:`~verlog.agent.formats.corpus_text` with the ``calculate`` tool."""
     texts = []
     for q in make_questions(n, seed, max_operand):
         for e in _prefixes(q):
             result = calculate(e)
-            messages = q.messages() + [
-                {"role": "assistant", "content": tool_call_text("calculate", {"expression": e})},
-                {"role": "tool", "content": result},
-                {"role": "assistant", "content": answer_text(result)},
-                {"role": "tool", "content": "Error: unknown tool 'x' (available: calculate)"},
-            ]
-            rendered, _ = render_jinja_template([messages], tools=tools, chat_template=CHATML_TEMPLATE)
-            texts.append(rendered[0])
+            turns = [{"role": "assistant", "content": tool_call_text("calculate", {"expression": e})},
+                     {"role": "tool", "content": result},
+                     {"role": "assistant", "content": answer_text(result)}]
+            texts.append(corpus_text(q.messages(), calculator_tools(), turns))
     return texts

@@ -23,7 +23,7 @@ from verlog.tools.registry import ToolRegistry
 __all__ = ["AgentLimits", "ToolAgentLoop", "TRUNCATION_MARKER"]
 
 TRUNCATION_MARKER = "... (truncated {n} characters)"
-RewardFn = Callable[[str | None, Trajectory], float]
+RewardFn = Callable[[str | None, Trajectory], Any]
 UserFn = Callable[[str, Trajectory], "str | None"]
 
 
@@ -64,7 +64,8 @@ class ToolAgentLoop:
             run in a worker thread, or async).
         tokenizer: the Hugging Face tokenizer whose chat template renders the conversation.
         tools: the tools offered to the model (a ToolRegistry or BaseTools).
-        reward_fn: ``(final answer or None, trajectory) -> float``, the task reward.
+        reward_fn: ``(final answer or None, trajectory) -> float``, the task reward; it may return
+            an awaitable of the float (an async function), which is awaited.
         limits: see :class:`AgentLimits`.
         sampling: sampling settings; ``max_tokens`` is replaced per turn by the limits.
         user_fn: optional ``(final answer, trajectory) -> user text or None``: called when the model
@@ -119,7 +120,8 @@ class ToolAgentLoop:
             await asyncio.gather(*(self.tools[n].release(i) for n, i in instances.items()),
                                  return_exceptions=True)
         if self.reward_fn is not None:
-            traj.reward = float(self.reward_fn(traj.answer, traj))
+            reward = self.reward_fn(traj.answer, traj)
+            traj.reward = float(await reward if inspect.isawaitable(reward) else reward)
         return traj
 
     async def _create(self, tool_kwargs: dict[str, dict[str, Any]]) -> dict[str, str]:

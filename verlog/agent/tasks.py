@@ -1,8 +1,10 @@
-"""Tool tasks the trainer can run through the agent loop or the proxy: questions, tools, reward,
-and (for the tiny model) a tokenizer corpus and format warm-up scripts.
+"""Tool tasks the trainer can run through the agent loop or the proxy: items, how one conversation
+starts (its messages, tools and reward), and (for the tiny model) a tokenizer corpus and format
+warm-up scripts.
 
-A task is looked up by name with :func:`make_agent_task`; ``calculator`` is built in
-(:mod:`verlog.agent.calculator`).
+A task is looked up by :func:`make_agent_task`: by name (``calculator`` is built in,
+:mod:`verlog.agent.calculator`) or by the import path ``package.module:Class`` of an environment
+class in TRL's convention (:mod:`verlog.agent.class_task`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,26 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from verlog.agent import calculator
+from verlog.imports import is_import_path
 
-__all__ = ["AgentTask", "AGENT_TASKS", "make_agent_task"]
+__all__ = ["AgentTask", "AGENT_TASKS", "Conversation", "make_agent_task"]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What one conversation starts with.
+
+    Attributes:
+        messages: the opening chat messages.
+        tools: the tools (BaseTool instances) offered in this conversation; the objects behind
+            them belong to this conversation alone where the task keeps state.
+        reward_fn: ``(final answer or None, trajectory) -> reward``, a float or an awaitable of one
+            (see :class:`~verlog.agent.loop.ToolAgentLoop`).
+    """
+
+    messages: list[dict[str, Any]]
+    tools: list[Any]
+    reward_fn: Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -21,10 +41,8 @@ class AgentTask:
 
     Attributes:
         name: the task's name (``agent.task``).
-        make_items: ``(n, seed) -> n items``, a pure function of its arguments; an item has
-            ``messages()`` (the opening chat messages).
-        tools: ``() -> the tools`` (BaseTool instances) offered to the model.
-        reward_fn: ``item -> (final answer or None, trajectory) -> reward``.
+        make_items: ``(n, seed) -> n items``, a pure function of its arguments.
+        start: ``item -> Conversation``, called once per conversation (a fresh one each time).
         success_reward: an episode with total reward at least this counts as a success.
         warmup_scripts: ``item -> reply scripts`` for the format warm-up (see
             :func:`verlog.agent.scripted.scripted_examples`).
@@ -33,8 +51,7 @@ class AgentTask:
 
     name: str
     make_items: Callable[[int, int], list[Any]]
-    tools: Callable[[], list[Any]]
-    reward_fn: Callable[[Any], Callable[..., float]]
+    start: Callable[[Any], Conversation]
     success_reward: float
     warmup_scripts: Callable[[Any], list[list[str]]]
     corpus: Callable[[int, int], list[str]]
@@ -44,7 +61,8 @@ def _calculator(max_operand: int = 99) -> AgentTask:
     return AgentTask(
         name="calculator",
         make_items=lambda n, seed: calculator.make_questions(n, seed, max_operand),
-        tools=calculator.calculator_tools, reward_fn=calculator.calculator_reward, success_reward=1.0,
+        start=lambda q: Conversation(q.messages(), calculator.calculator_tools(), calculator.calculator_reward(q)),
+        success_reward=1.0,
         warmup_scripts=calculator.warmup_scripts,
         corpus=lambda n, seed: calculator.calculator_corpus(n, seed, max_operand),
     )
@@ -54,11 +72,19 @@ AGENT_TASKS: dict[str, Callable[..., AgentTask]] = {"calculator": _calculator}
 
 
 def make_agent_task(name: str, **kwargs: Any) -> AgentTask:
-    """The task ``name`` built with ``kwargs`` (calculator: ``max_operand``).
+    """The task ``name`` built with ``kwargs``: a registered name (calculator: ``max_operand``), or the
+    import path ``package.module:Class`` of an environment class (``dataset``: see
+    :func:`verlog.agent.class_task.class_task`).
 
     Raises:
-        KeyError: an unknown task name (the message lists the known ones).
+        KeyError: neither a known name nor an import path (the message lists the known names).
+        ValueError: a class that cannot be loaded or breaks the convention (one line).
     """
-    if name not in AGENT_TASKS:
-        raise KeyError(f"unknown agent task {name!r}; known: {', '.join(sorted(AGENT_TASKS))}")
-    return AGENT_TASKS[name](**kwargs)
+    if name in AGENT_TASKS:
+        return AGENT_TASKS[name](**kwargs)
+    if is_import_path(name):
+        from verlog.agent.class_task import class_task  # it builds on this module's types
+
+        return class_task(name, **kwargs)
+    raise KeyError(f"unknown agent task {name!r}; known: {', '.join(sorted(AGENT_TASKS))}, or an import path "
+                   "package.module:Class")

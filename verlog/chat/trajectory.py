@@ -60,6 +60,8 @@ class Trajectory:
             ``tool_errors`` (every call answered with an error), ``malformed_calls``,
             ``unknown_tools``, ``truncated_tool_responses``, ``cut_turns`` (finish reason length).
         mismatch_steps: the assistant-turn index after which each template mismatch was seen.
+        reward_note: why ``reward`` is a stand-in, set by a reward function that could not score the
+            run (e.g. a class task's ``get_reward`` returned None), or None.
     """
 
     messages: list[dict[str, Any]]
@@ -73,6 +75,7 @@ class Trajectory:
     reward: float = 0.0
     stats: dict[str, int] = field(default_factory=dict)
     mismatch_steps: list[int] = field(default_factory=list)
+    reward_note: str | None = None
 
     @property
     def tool_reward(self) -> float:

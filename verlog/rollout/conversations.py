@@ -156,15 +156,18 @@ class ToolLoopCollector(_AgentCollector):
         self.engine, self.tokenizer, self.limits, self.max_batch = engine, tokenizer, limits, max_batch
 
     def run(self, items: list[Any], sampling: SamplingParams) -> list[AgentEpisode]:
-        return [(turn_samples(t), t.total_reward, None) for t in asyncio.run(self._run(items, sampling))]
+        """One conversation per item, each started by ``task.start`` (its own tools and reward); a
+        reward the task could not give (``Trajectory.reward_note``) is the episode's failure."""
+        return [(turn_samples(t), t.total_reward, t.reward_note) for t in asyncio.run(self._run(items, sampling))]
 
     async def _run(self, items: list[Any], sampling: SamplingParams) -> list[Any]:
         worker = GenerationWorker(self.engine, self.max_batch)
         engine = BatchingEngine(worker)
         try:
-            loops = [ToolAgentLoop(engine, self.tokenizer, self.task.tools(), reward_fn=self.task.reward_fn(item),
-                                   limits=self.limits, sampling=sampling) for item in items]
-            return list(await asyncio.gather(*(loop.run(item.messages()) for loop, item in zip(loops, items))))
+            starts = [self.task.start(item) for item in items]
+            loops = [ToolAgentLoop(engine, self.tokenizer, conv.tools, reward_fn=conv.reward_fn, limits=self.limits,
+                                   sampling=sampling) for conv in starts]
+            return list(await asyncio.gather(*(loop.run(conv.messages) for loop, conv in zip(loops, starts))))
         finally:
             await worker.close()
 

@@ -1,14 +1,17 @@
 """Tools an agent can call: the :class:`BaseTool` contract, ``@function_tool`` (schema inferred
-from annotations and a Google-style docstring), :class:`ToolRegistry` and YAML tool files."""
+from annotations and a Google-style docstring), an object's public methods as tools
+(:mod:`verlog.tools.methods`), :class:`ToolRegistry` and YAML tool files."""
 
 from verlog.tools.base import BaseTool, ToolError, ToolResult
 from verlog.tools.function import FunctionTool, function_tool
+from verlog.tools.methods import MethodTool, method_tools, tool_method_names
 from verlog.tools.registry import ToolConfigError, ToolRegistry, load_tool, load_tools_yaml
 from verlog.tools.schema import annotation_schema, parse_docstring, validate_arguments
 
 __all__ = [
     "BaseTool",
     "FunctionTool",
+    "MethodTool",
     "ToolConfigError",
     "ToolError",
     "ToolRegistry",
@@ -17,6 +20,8 @@ __all__ = [
     "function_tool",
     "load_tool",
     "load_tools_yaml",
+    "method_tools",
     "parse_docstring",
+    "tool_method_names",
     "validate_arguments",
 ]

@@ -1,0 +1,79 @@
+"""The texts a tool task's format warm-up and tiny tokenizer are made of, shared by the calculator
+(:mod:`verlog.agent.calculator`) and class tasks (:mod:`verlog.agent.class_task`): Hermes tool calls,
+argument values drawn from a tool's schema, and whole conversations rendered by the tiny model's
+chat template."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from typing import Any
+
+from verlog.tools.base import BaseTool
+
+__all__ = ["corpus_text", "draw_arguments", "prompt_vocabulary", "tool_call_text"]
+
+
+def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
+    """A Hermes tool call as the Qwen-family templates write one (and :func:`~verlog.agent.parse_reply`
+    reads it): ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def corpus_text(messages: list[dict[str, Any]], tools: list[BaseTool], turns: list[dict[str, Any]]) -> str:
+    """One tokenizer-corpus text: ``messages`` then ``turns`` (assistant and tool messages) then a tool
+    error for an unknown tool, rendered by the tiny model's chat template with the tools' schemas (so
+    the template's tool block, calls, responses, answers and error texts all reach the tokenizer)."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from verlog.tiny_model import CHATML_TEMPLATE
+
+    known = ", ".join(t.name for t in tools)
+    error = {"role": "tool", "content": f"Error: unknown tool 'x' (available: {known})"}
+    rendered, _ = render_jinja_template([list(messages) + list(turns) + [error]],
+                                        tools=[t.openai_schema() for t in tools], chat_template=CHATML_TEMPLATE)
+    return rendered[0]
+
+
+def prompt_vocabulary(messages: list[dict[str, Any]]) -> tuple[list[str], list[int]]:
+    """The words (letters only) and integers that ``messages``' contents contain, each once, in order."""
+    text = " ".join(str(m.get("content", "")) for m in messages)
+    words = list(dict.fromkeys(re.findall(r"[A-Za-z]+", text)))
+    numbers = list(dict.fromkeys(int(x) for x in re.findall(r"-?\d+", text)))
+    return words, numbers
+
+
+def draw_arguments(parameters: dict[str, Any], rng: random.Random, words: list[str] | None = None,
+                   numbers: list[int] | None = None) -> dict[str, Any]:
+    """Values for the required arguments of an object schema (as :mod:`verlog.tools.schema` writes
+    them), drawn with ``rng``: strings from ``words``, integers and numbers from ``numbers`` (0..9
+    when empty), an enum's values, one-item arrays and one-key objects; a nullable type is drawn as
+    its other type. Optional arguments are left out."""
+    words = words or ["x"]
+    numbers = numbers or list(range(10))
+    props = parameters.get("properties", {})
+    return {name: _draw(props[name], rng, words, numbers) for name in parameters.get("required", [])}
+
+
+def _draw(schema: dict[str, Any], rng: random.Random, words: list[str], numbers: list[int]) -> Any:
+    """One value of ``schema`` (see :func:`draw_arguments`)."""
+    if "enum" in schema:
+        return rng.choice([v for v in schema["enum"] if v is not None])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "string":
+        return rng.choice(words)
+    if kind == "integer":
+        return rng.choice(numbers)
+    if kind == "number":
+        return float(rng.choice(numbers))
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "array":
+        return [_draw(schema.get("items", {}), rng, words, numbers)]
+    if kind == "object":
+        extra = schema.get("additionalProperties")
+        return {rng.choice(words): _draw(extra, rng, words, numbers)} if isinstance(extra, dict) else {}
+    return None
