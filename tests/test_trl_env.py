@@ -108,6 +108,11 @@ class AsyncRewardEnv(CounterEnv):
         return 2.0 * (self.counter == self.target)
 
 
+class SilentEnv(CounterEnv):
+    def reset(self, **kwargs) -> None:
+        self.counter = 0
+
+
 class NoToolsEnv:
     def reset(self, **kwargs) -> None:
         pass
@@ -222,6 +227,13 @@ def test_rows_prompt_and_reset_text_open_the_conversation(task):
     drawn = listed.make_items(6, 0)
     assert drawn == listed.make_items(6, 0) and all(r in ROW_LIST for r in drawn)
     assert listed.start(drawn[0]).messages[0]["content"].startswith("Make the counter ")  # a text prompt
+    # no dataset: an empty user message that reset's text fills; a reset that returns nothing is refused
+    rowless = make_agent_task(TASK)
+    assert rowless.start(rowless.make_items(1, 0)[0]).messages == [{"role": "user", "content": " The counter is at 0."}]
+    silent = make_agent_task(f"{MODULE}:SilentEnv")
+    with pytest.raises(RuntimeError, match="SilentEnv: starting an episode failed: ValueError: the prompt's last "
+                                           "message is empty"):
+        silent.start(silent.make_items(1, 0)[0])
 
 
 def test_each_conversation_has_its_own_instance(task, tok):
@@ -341,10 +353,12 @@ def test_preflight_accepts_a_class_with_or_without_rows_and_the_cli_says_one_lin
     assert line.startswith(f"error: agent.task: {MODULE}:NoToolsEnv has no public method"), line
 
 
+# the calculator's short runs (tests/test_agent_training.py), lighter still: no untrained evaluation, 2 episodes
 SHORT = ["iterations=2", "ppo.critic_warmup_iterations=1", "env.num_envs=4", "format_warmup.steps=5",
-         "format_warmup.episodes=4", "model.tiny.corpus_episodes=20", "eval.episodes=4", "logging.progress=false",
-         "model.tiny.hidden_size=64", "model.tiny.num_heads=1", "model.tiny.intermediate_size=64",
-         "model.tiny.vocab_size=400", "rollout.max_response_tokens=24"]
+         "format_warmup.episodes=2", "model.tiny.corpus_episodes=8", "eval.episodes=2", "eval.baseline=false",
+         "logging.progress=false", "model.tiny.hidden_size=64", "model.tiny.num_heads=1",
+         "model.tiny.intermediate_size=64", "model.tiny.vocab_size=400", "rollout.max_response_tokens=24",
+         "ppo.epochs=1", "ppo.minibatches=1"]
 
 
 @pytest.mark.slow
@@ -358,6 +372,6 @@ def test_a_short_verlog_train_run_on_the_class(tmp_path):
     assert [r["phase"] for r in rows] == ["critic_warmup", "ppo"]
     assert all(r["episodes"] == 4 and r["rollout/turns"] >= 4 for r in rows)
     result = json.loads((tmp_path / "r" / "eval.json").read_text())
-    assert result["task"] == f"agent/{TASK}" and result["episodes"] == 4
+    assert result["task"] == f"agent/{TASK}" and result["episodes"] == 2 and "trained" in result
     targets = log.read_text().split()
     assert len(targets) >= 2 * 4 and set(targets) <= {str(t) for t in range(1, 10)}  # this class ran the episodes

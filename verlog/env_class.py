@@ -1,6 +1,6 @@
 """Environment classes in the convention of TRL's ``environment_factory``: finding the class and its
-rows, and checking both, without making an instance (so :mod:`verlog.preflight` can run it in a
-second; only the user's own module is imported).
+rows, and checking both, without making an instance and without importing torch (so
+:mod:`verlog.preflight` runs it before anything heavy is imported; only the user's modules are).
 
 The convention, for one episode (one conversation): the class is built with no arguments;
 ``reset(**row)`` gets every column of a dataset row (``prompt`` included) and returns None or a
