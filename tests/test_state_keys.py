@@ -135,3 +135,59 @@ def test_nethack_key_before_reset_raises():
     with pytest.raises(RuntimeError, match="reset"):
         _ = env.state_key
     env.close()
+
+
+# ----------------------------------------------------------------------------- TextWorld
+def _textworld_env(cache, seed: int, **kwargs):
+    from helpers import TEXTWORLD_FAST_SETTINGS
+
+    env = make_env("textworld/treasure_hunter", cache_dir=cache, settings=TEXTWORLD_FAST_SETTINGS["treasure_hunter"],
+                   num_games=2, **kwargs)
+    env.reset(seed=seed)
+    return env
+
+
+@pytest.fixture(scope="module")
+def tw_cache(tmp_path_factory):
+    """A TextWorld cache holding the two treasure-hunter games these tests play (a skip without TextWorld)."""
+    pytest.importorskip("textworld")
+    from helpers import TEXTWORLD_FAST_SETTINGS
+    from verlog.envs.textworld_games import ensure_game, resolve_spec
+
+    root = tmp_path_factory.mktemp("tw_keys")
+    for index in (0, 1):
+        ensure_game(resolve_spec("treasure_hunter", TEXTWORLD_FAST_SETTINGS["treasure_hunter"]), index, root)
+    return root
+
+
+def test_textworld_key_is_the_game_state_whatever_the_text_style(tw_cache):
+    a, b = _textworld_env(tw_cache, 0), _textworld_env(tw_cache, 0, text_style="tidy")
+    assert isinstance(a.state_key, bytes)
+    assert a.state_key == b.state_key  # one game state, two wordings
+    assert _textworld_env(tw_cache, 1).state_key != a.state_key  # another game of the pool
+    keys = [a.state_key]
+    for command in a.walkthrough:
+        a.step(f"ACTION: {command}")
+        b.step(f"ACTION: {command}")
+        assert a.state_key == b.state_key
+        keys.append(a.state_key)
+    assert a.success and len(set(keys)) == len(keys)  # every command of the walkthrough changes the state
+    a.close(), b.close()
+
+
+def test_textworld_text_changes_alone_keep_the_key(tw_cache):
+    env = _textworld_env(tw_cache, 0)
+    first, _ = env.reset(seed=0)
+    key = env.state_key
+    looked, *_ = env.step("ACTION: look")
+    confused, *_ = env.step("ACTION: dance wildly")  # the game does not understand it
+    assert len({first, looked, confused}) == 3 and env.state_key == key  # three texts, one state
+    env.step(f"ACTION: {env.walkthrough[0]}")
+    assert env.state_key != key
+    env.close()
+
+
+def test_textworld_key_before_reset_raises(tmp_path):
+    pytest.importorskip("textworld")
+    with pytest.raises(RuntimeError, match="reset"):
+        _ = make_env("textworld/treasure_hunter", cache_dir=tmp_path).state_key

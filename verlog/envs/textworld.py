@@ -36,6 +36,9 @@ Reward: TextWorld reports the CUMULATIVE score after each command; the reward of
 difference (so the rewards of an episode sum to its final score). Progression = ``max(score /
 max_score, 1 if won)`` at the current step (BALROG computes it at the end). ``terminated`` = won or
 lost; ``truncated`` = BALROG's 80-step limit (BALROG reports it as terminated). The short-term context is empty (as in BALROG).
+
+The state key (GiGPO's anchor states, :attr:`TextWorldTextEnv.state_key`) is the game's logical state as
+TextWorld tracks it (its facts, with the score), the same in both text styles.
 """
 
 from __future__ import annotations
@@ -190,10 +193,22 @@ def balrog_observation(feedback: str, objective: str) -> str:
     return feedback.strip()
 
 
+def _fact_text(fact: Any) -> str:
+    """A TextWorld proposition as ``name(variable:type,...)``, e.g. ``at(P:P,r_6:r)``."""
+    return f"{fact.name}({','.join(f'{v.name}:{v.type}' for v in fact.arguments)})"
+
+
+def _copy_tracking(tracked: Any, state: Any) -> None:
+    """Put the tracking interpreter's admissible commands and facts into the text interpreter's state."""
+    state["admissible_commands"] = tracked["admissible_commands"]
+    state["_facts"] = tracked["_facts"]
+
+
 class _LoadedGame:
     """One game file in one interpreter asking for ``text_infos``, and, when those infos do not include
     the admissible commands, in a second one asking for :data:`TRACKING_INFOS` that gets the same
-    commands; its admissible commands are put into the first one's states."""
+    commands; its admissible commands and facts (``_facts``, the state TextWorld tracks whenever it is
+    asked for admissible commands) are put into the first one's states."""
 
     def __init__(self, path: str, text_infos: Any) -> None:
         with warnings.catch_warnings():
@@ -210,13 +225,13 @@ class _LoadedGame:
             warnings.simplefilter("ignore", UnsupportedGameWarning)
             state = self.text.reset()
             if self.tracker is not None:
-                state["admissible_commands"] = self.tracker.reset()["admissible_commands"]
+                _copy_tracking(self.tracker.reset(), state)
         return state
 
     def step(self, command: str) -> tuple[Any, Any]:
         state, score, _ = self.text.step(command)
         if self.tracker is not None:
-            state["admissible_commands"] = self.tracker.step(command)[0]["admissible_commands"]
+            _copy_tracking(self.tracker.step(command)[0], state)
         return state, score
 
     def close(self) -> None:
@@ -296,6 +311,7 @@ class TextWorldTextEnv(TextEnv):
         self._lost = False
         self._admissible: list[str] = []
         self._walkthrough: list[str] = []
+        self._facts: list[Any] | None = None  # TextWorld's propositions of the current state
 
     #: ``"look"`` (re-describes the room).
     default_action = DEFAULT_ACTION
@@ -319,6 +335,28 @@ class TextWorldTextEnv(TextEnv):
     def success(self) -> bool:
         """Whether the game has been won."""
         return self._won
+
+    @property
+    def state_key(self) -> bytes:
+        """The game's logical state, as TextWorld tracks it: the game (task, settings, index in the
+        pool), every fact true now, sorted (``at(P:P,r_6:r)``: where the player and each thing are, what
+        is carried, open, closed, locked, cut, cooked, eaten ...), and the score, won and lost; a few KB
+        of text, as bytes.
+
+        TextWorld builds its games from these facts and updates them from the game's own action events,
+        so the facts are the world state; the game identity is in the key because fact names
+        (``r_6``) mean different things in different games. Left out: the interpreter's memory
+        (the turn counter, which rooms were described before, its random state), on which the
+        generated games' rules do not depend, and the last reply's text: ``look`` or a command the game
+        does not understand leaves the key as it was.
+
+        Raises:
+            RuntimeError: before the first reset.
+        """
+        facts = "\n".join(sorted(map(_fact_text, require_episode(self._facts))))
+        spec = self.game_spec
+        head = f"{spec.task}\n{spec.variant}\n{self._game_index}\n{self._score} {self._won:d} {self._lost:d}\n"
+        return (head + facts).encode()
 
     @property
     def game_index(self) -> int:
@@ -388,6 +426,7 @@ class TextWorldTextEnv(TextEnv):
         self._score = int(state["score"] or 0)
         self._won, self._lost = bool(state["won"]), bool(state["lost"])
         self._admissible = list(state["admissible_commands"] or [])
+        self._facts = state["_facts"]
         self._walkthrough = list(state.get("extra.walkthrough") or [])
         if self.instruction_style == "full":
             # BALROG's text cuts the objective out of the reply to `goal`: the instruction states it
@@ -409,6 +448,7 @@ class TextWorldTextEnv(TextEnv):
         self._score = score
         self._won, self._lost = bool(state["won"]), bool(state["lost"])
         self._admissible = list(state["admissible_commands"] or [])
+        self._facts = state["_facts"]
         terminated = self._won or self._lost
         return self._observation(state["feedback"]), reward, terminated, False, self._extra_info()
 
