@@ -58,7 +58,7 @@ def test_critic_free_algorithm_trains_end_to_end(tmp_path, name):
 
 
 def test_gigpo_refuses_an_env_without_state_keys(tmp_path):
-    # the docs' example game reports no state key (every built-in family now does, TextWorld aside)
+    # the docs' example game reports no state key (every built-in family now does)
     import os
     from pathlib import Path
 

@@ -2,7 +2,8 @@
 
 Each family's key must be bytes, the same for the same state in two envs (same seed, same actions),
 different after a change of state, and cover state that the text does not show (or, where that is
-the point, stay put when only the text changes).
+the point, stay put when only the text changes). The last test collects grouped episodes of every
+family with state keys on and runs GiGPO's estimator on them.
 
 These games are the ``balrog`` extra (setup.cfg): a family whose package is missing is skipped.
 """
@@ -10,8 +11,14 @@ These games are the ``balrog`` extra (setup.cfg): a family whose package is miss
 from __future__ import annotations
 
 import pytest
+import torch
 
-from verlog.envs import make_env
+from verlog.algos.batch_estimators import gigpo_estimator
+from verlog.config import AlgoConfig
+from verlog.envs import make_env, make_vector_env
+from verlog.envs.groups import group_seeds
+from verlog.rollout.engine import Generation, SamplingParams
+from verlog.rollout.episodes import EpisodeCollector
 
 
 # ----------------------------------------------------------------------------- Crafter
@@ -191,3 +198,79 @@ def test_textworld_key_before_reset_raises(tmp_path):
     pytest.importorskip("textworld")
     with pytest.raises(RuntimeError, match="reset"):
         _ = make_env("textworld/treasure_hunter", cache_dir=tmp_path).state_key
+
+
+# ----------------------------------------------------------------------------- GiGPO on every family
+class SameReplyEngine:
+    """Every prompt of call ``c`` gets reply ``c % n`` (one token, id ``c % n + 1``): all envs play alike."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.calls = n, 0
+
+    def generate(self, prompts, params):
+        out = [Generation([self.calls % self.n + 1], [-1.0], "stop") for _ in prompts]
+        self.calls += 1
+        return out
+
+
+#: task -> (the package it needs, the replies played in turn).
+SMOKE = {
+    "crafter/default": ("crafter", ["Move West", "Do", "Noop"]),
+    "minihack/MazeWalk-9x9": ("minihack", ["east", "north", "west"]),
+    "nle/default": ("nle", ["esc", "east", "search"]),
+    "textworld/treasure_hunter": ("textworld", ["look", "go north", "inventory"]),
+}
+
+
+@pytest.mark.parametrize("task", list(SMOKE))
+def test_gigpo_groups_the_turns_of_every_family_by_state(task, request):
+    from test_groups import TextMemory
+
+    package, replies = SMOKE[task]
+    pytest.importorskip(package)
+    kwargs = {"max_steps": 3}
+    if task.startswith("textworld/"):
+        from helpers import TEXTWORLD_FAST_SETTINGS
+
+        kwargs.update(cache_dir=request.getfixturevalue("tw_cache"), num_games=2,
+                      settings=TEXTWORLD_FAST_SETTINGS["treasure_hunter"])
+    # two groups of two envs; a seed whose two groups play different games of TextWorld's pool of 2
+    seed = next(s for s in range(100) if len({g % 2 for g in group_seeds(s, 0, 4, 2)}) == 2)
+    venv = make_vector_env(task, 4, seed=0, mode="sync", state_keys=True, env_kwargs=kwargs)
+    collector = EpisodeCollector(venv, [TextMemory() for _ in range(4)], SameReplyEngine(len(replies)),
+                                 lambda ids: [f"ACTION: {replies[i[0] - 1]}" for i in ids],
+                                 SamplingParams(max_tokens=4), pad_id=0, seed=seed, group_size=2, state_keys=True)
+    try:
+        batch, _ = collector.collect()
+    finally:
+        venv.close()
+    states = batch.state_ids
+    assert bool(batch.turns.any(0).all())
+    # the two envs of a group start from one seed and play alike: the same state at every turn
+    assert torch.equal(states[:, 0], states[:, 1]) and torch.equal(states[:, 2], states[:, 3])
+    assert states[0, 0] != states[0, 2]  # the groups' first states differ
+    _, metrics = gigpo_estimator(batch, AlgoConfig(algorithm="gigpo", group_size=2))
+    assert metrics["algo/anchor_groups"] >= 2 and metrics["algo/anchor_group_size_mean"] >= 2
+
+
+@pytest.mark.parametrize("task", ["crafter/default", "minihack/MazeWalk-9x9", "nle/default"])
+def test_config_checks_accept_gigpo_on_the_families(task):
+    from verlog.config import load_recipe
+    from verlog.preflight import check_buildable, check_state_keys
+
+    pytest.importorskip(SMOKE[task][0])
+    cfg = load_recipe("tiny", [f"env.task={task}", "algorithm=gigpo", "algo.group_size=2"])
+    check_buildable(cfg)
+    check_state_keys(cfg)  # builds one env, resets it and reads its state key
+
+
+def test_config_checks_refuse_gigpo_on_a_game_without_state_keys(monkeypatch):
+    from pathlib import Path
+
+    from verlog.config import ConfigError, load_recipe
+    from verlog.preflight import check_state_keys
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "docs" / "examples"))
+    cfg = load_recipe("tiny", ["env.task=my_games:GuessNumber", "algorithm=gigpo", "algo.group_size=2"])
+    with pytest.raises(ConfigError, match="^algo.algorithm: gigpo .*my_games:GuessNumber does not report a state key"):
+        check_state_keys(cfg)
