@@ -8,6 +8,7 @@ at eos by themselves. The vLLM tests share one engine per module (start-up takes
 from __future__ import annotations
 
 import copy
+import os
 import math
 import sys
 import time
@@ -494,3 +495,35 @@ def test_vllm_samples_a_batch_larger_than_one_scheduler_step(vllm_engine):
     assert [g.token_ids for g in again] == [g.token_ids for g in out]
     for a, b in zip(again, out):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+_SECOND_ENGINE = """
+import sys
+import torch.distributed as dist
+from verlog import distributed as D
+from verlog.rollout import SamplingParams
+from verlog.rollout.vllm import VLLMEngine
+
+path, reinit = sys.argv[1], sys.argv[2] == "reinit"
+first = VLLMEngine(path, max_model_len=128, cpu_kv_cache_gb=0.1)
+a = first.generate([[1, 2, 3]], SamplingParams(max_tokens=3, greedy=True))[0].token_ids
+del first
+dist.destroy_process_group()  # behind vLLM's back, as a DeepSpeed teardown does
+if reinit:
+    D.init_distributed()
+second = VLLMEngine(path, max_model_len=128, cpu_kv_cache_gb=0.1)
+b = second.generate([[1, 2, 3]], SamplingParams(max_tokens=3, greedy=True))[0].token_ids
+assert a == b, (a, b)
+print("OK")
+"""
+
+
+@pytest.mark.parametrize("reinit", ["reinit", "none"])
+def test_vllm_engine_starts_after_the_process_group_was_torn_down(model_dir, reinit):
+    """A second in-process engine must not reuse vLLM's groups of a world that is gone."""
+    pytest.importorskip("vllm")
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", _SECOND_ENGINE, str(model_dir), reinit],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stderr[-3000:]

@@ -116,6 +116,37 @@ def _llvmlite_vars_shim() -> None:
     lib.__class__ = type(base.__name__, (base,), {"__slots__": (), "__dict__": property(lambda self: {})})
 
 
+def _forget_stale_groups() -> None:
+    """Drop vLLM's references to process groups that no longer exist in this process.
+
+    An in-process vLLM keeps its groups (world, tensor-parallel, pipeline, ...) in module globals
+    of ``vllm.distributed.parallel_state`` for the life of the process. When the default
+    ``torch.distributed`` group is destroyed behind its back (a DeepSpeed teardown, a second
+    ``init_process_group``), those groups are dead but still set, and the next engine fails in
+    start-up ("not initialized in the world group map"). A group is live when
+    ``torch.distributed.get_backend`` accepts it; when vLLM's world group is not, every group
+    global is set to None (destroying them would raise, they are gone already) so that vLLM
+    builds its groups anew on the current world. A no-op when vLLM has no world group or it is live.
+    """
+    import torch.distributed as dist
+    from vllm.distributed import parallel_state as ps
+
+    world = getattr(ps, "_WORLD", None)
+    if world is None:
+        return
+    try:
+        if dist.is_initialized():
+            dist.get_backend(world.device_group)
+            return
+    except (ValueError, RuntimeError):
+        pass
+    for name, value in list(vars(ps).items()):
+        if isinstance(value, ps.GroupCoordinator):
+            setattr(ps, name, None)
+    if hasattr(ps, "_NODE_COUNT"):
+        ps._NODE_COUNT = None
+
+
 def _sleep_mode_available(platform) -> bool:
     """Whether vLLM's ``LLM(enable_sleep_mode=True)`` works on ``platform`` (vLLM's own check)."""
     check = getattr(platform, "is_sleep_mode_available", None)
@@ -158,7 +189,9 @@ class VLLMEngine:
     build) the constructor raises a one-line :class:`~verlog.rollout.engine.EngineConfigError`.
 
     Side effects that remain (vLLM's own): in-process mode initialises
-    ``torch.distributed`` (world size 1, gloo on CPU) and sets a few ``VLLM_*`` variables.
+    ``torch.distributed`` (world size 1, gloo on CPU) and sets a few ``VLLM_*`` variables. vLLM keeps
+    its process groups for the life of the process; groups left dead by a torn-down world are
+    forgotten before an engine starts (:func:`_forget_stale_groups`), so engines can follow each other.
 
     Args:
         model_path: local HF model directory (safetensors), or a LoRA adapter directory.
@@ -248,6 +281,7 @@ class VLLMEngine:
         # torch.set_num_threads with a no-op process-wide; undo both for the rest of Verlog.
         set_num_threads, py_state, np_state = torch.set_num_threads, random.getstate(), np.random.get_state()
         _llvmlite_vars_shim()
+        _forget_stale_groups()
         try:
             with torch.random.fork_rng(devices=[]):
                 self.llm = vllm.LLM(
