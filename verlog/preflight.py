@@ -20,8 +20,8 @@ import os
 import sys
 from pathlib import Path
 
-from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, MIXTURE_TASKS, REPLY_PREFIX, did_you_mean,
-                            env_names)
+from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, MIXTURE_TASKS, OPTIONAL_FAMILIES,
+                            REPLY_PREFIX, did_you_mean, env_names)
 from verlog.config import ConfigError, TrainConfig
 from verlog.imports import is_import_path, module_exists
 
@@ -203,13 +203,17 @@ def check_buildable(cfg: TrainConfig) -> None:
 
 def check_env_task(task: str) -> None:
     """``env.task`` names an environment: one of :mod:`verlog.catalog` or registered in this process
-    (nothing imported), an import path ``package.module:Name`` (its module must exist; it is then
-    imported and registered), or a task of an installed plugin family (the plugin is loaded).
+    (nothing imported; a family of :data:`~verlog.catalog.OPTIONAL_FAMILIES` must have its package
+    installed), an import path ``package.module:Name`` (its module must exist; it is then imported and
+    registered), or a task of an installed plugin family (the plugin is loaded).
 
     Raises:
         ConfigError: one line naming ``env.task``.
     """
     if task in _env_names():
+        optional = OPTIONAL_FAMILIES.get(task.partition("/")[0])
+        if optional is not None and not module_exists(optional[0]):
+            raise ConfigError(f"env.task: {task} needs the {optional[0]} package, which is not installed: {optional[1]}")
         return
     family = task.partition("/")[0]
     if not is_import_path(task):
