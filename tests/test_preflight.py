@@ -59,7 +59,17 @@ def test_a_task_of_an_optional_family_needs_its_package(monkeypatch):
     monkeypatch.setattr(preflight, "module_exists", lambda name: name != "reasoning_gym")
     with pytest.raises(ConfigError) as err:
         check_buildable(cfg)
-    assert str(err.value) == ("env.task: reasoning_gym/basic_arithmetic needs the reasoning_gym package, which is "
-                              "not installed: pip install 'verlog[reasoning_gym]'")
+    assert str(err.value) == ("env.task: reasoning_gym/basic_arithmetic needs the reasoning_gym package, not "
+                              "installed: pip install 'verlog[reasoning_gym]'")
     monkeypatch.setattr(preflight, "module_exists", lambda name: True)
     check_buildable(cfg)
+
+
+def test_gem_tasks_need_gem_and_the_reasoning_gym_it_imports(monkeypatch):
+    import verlog.preflight as preflight
+
+    cfg = load_recipe("tiny", ["env.task=gem/GuessTheNumber-v0-easy"])
+    monkeypatch.setattr(preflight, "module_exists", lambda name: False)
+    with pytest.raises(ConfigError, match=r"^env.task: gem/GuessTheNumber-v0-easy needs the gem and reasoning_gym "
+                                          r"packages, not installed: .*--no-deps gem-llm==0.1.0$"):
+        check_buildable(cfg)

@@ -79,6 +79,13 @@ ENV_TASKS: dict[str, tuple[str, ...]] = {
         'sudoku', 'survo', 'syllogism', 'time_intervals', 'tower_of_hanoi', 'tsumego', 'word_ladder',
         'word_sequence_reversal', 'word_sorting', 'zebra_puzzles',
     ),
+    "gem": (
+        'GuessTheNumber-v0-easy', 'GuessTheNumber-v0-hard', 'GuessTheNumber-v0-random', 'Mastermind-v0-easy',
+        'Mastermind-v0-hard', 'Mastermind-v0-random', 'Minesweeper-v0-easy', 'Minesweeper-v0-hard',
+        'Minesweeper-v0-random', 'FifteenPuzzle-v0-easy', 'FifteenPuzzle-v0-hard',
+        'Game2048-v0-easy', 'Game2048-v0-hard', 'Game2048-v0-extreme-hard', 'Game2048-v0-random', 'Sokoban-v0-easy',
+        'Sokoban-v0-hard', 'Sokoban-v0-random',
+    ),
 }
 
 
@@ -104,10 +111,13 @@ ALGORITHM_TRAITS: dict[str, AlgorithmTraits] = {
     "gspo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
 }
 
-#: families whose environments come from a package that Verlog does not install by default: family ->
-#: (the module it imports, the install line a config that names one of its tasks is told to run)
-OPTIONAL_FAMILIES: dict[str, tuple[str, str]] = {
-    "reasoning_gym": ("reasoning_gym", "pip install 'verlog[reasoning_gym]'"),
+#: families whose environments come from packages that Verlog does not install by default: family ->
+#: (the modules its environments import, the install line a config naming one of its tasks is told to run)
+OPTIONAL_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
+    "reasoning_gym": (("reasoning_gym",), "pip install 'verlog[reasoning_gym]'"),
+    # gem-llm 0.1.0 pins reasoning-gym 0.1.23 (the extra has 0.1.25, which its games run with) and requires
+    # packages its text games do not use, hence --no-deps
+    "gem": (("gem", "reasoning_gym"), "pip install 'verlog[reasoning_gym]' && pip install --no-deps gem-llm==0.1.0"),
 }
 
 #: the entry-point group through which installed packages add environment families (:mod:`verlog.envs.registry`)

@@ -203,7 +203,7 @@ def check_buildable(cfg: TrainConfig) -> None:
 
 def check_env_task(task: str) -> None:
     """``env.task`` names an environment: one of :mod:`verlog.catalog` or registered in this process
-    (nothing imported; a family of :data:`~verlog.catalog.OPTIONAL_FAMILIES` must have its package
+    (nothing imported; a family of :data:`~verlog.catalog.OPTIONAL_FAMILIES` must have its packages
     installed), an import path ``package.module:Name`` (its module must exist; it is then imported and
     registered), or a task of an installed plugin family (the plugin is loaded).
 
@@ -211,9 +211,11 @@ def check_env_task(task: str) -> None:
         ConfigError: one line naming ``env.task``.
     """
     if task in _env_names():
-        optional = OPTIONAL_FAMILIES.get(task.partition("/")[0])
-        if optional is not None and not module_exists(optional[0]):
-            raise ConfigError(f"env.task: {task} needs the {optional[0]} package, which is not installed: {optional[1]}")
+        modules, install = OPTIONAL_FAMILIES.get(task.partition("/")[0], ((), ""))
+        missing = [m for m in modules if not module_exists(m)]
+        if missing:
+            raise ConfigError(f"env.task: {task} needs the {' and '.join(missing)} package"
+                              f"{'s' if len(missing) > 1 else ''}, not installed: {install}")
         return
     family = task.partition("/")[0]
     if not is_import_path(task):

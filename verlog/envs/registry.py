@@ -44,6 +44,7 @@ FAMILIES: dict[str, str] = {
     "textworld": "verlog.envs.textworld",
     "sokoban": "verlog.envs.sokoban",
     "reasoning_gym": "verlog.envs.reasoning_gym",
+    "gem": "verlog.envs.gem",
 }
 
 
