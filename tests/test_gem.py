@@ -111,3 +111,16 @@ def test_every_game_plays_a_random_move_in_the_text_space(task):
 ])
 def test_the_move_is_gems_box_or_the_line_after_the_marker(reply, move):
     assert gem_move(reply) == move
+
+
+@pytest.mark.parametrize("style", ["full", "brief"])
+def test_the_run_configs_env_arguments_build_it(style):
+    """verlog-train and verlog-eval pass env.* keys (the tiny recipe's brief prompt, its format penalty)."""
+    from verlog.config import load_recipe
+
+    cfg = load_recipe("tiny", ["env.task=gem/GuessTheNumber-v0-easy", f"env.instruction_style={style}"])
+    env = make_env(cfg.env.task, **cfg.env.env_kwargs())
+    env.reset(seed=0)
+    assert "ACTION: <" in env.instruction
+    with pytest.raises(ValueError, match="instruction_style"):
+        make_env(cfg.env.task, instruction_style="short")

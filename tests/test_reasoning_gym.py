@@ -174,3 +174,16 @@ def test_the_random_floor_is_the_documented_one(task):
     mean_return = sum(r.episode_return for r in records) / len(records)
     success = sum(r.success for r in records) / len(records)
     assert (round(mean_return, 3), round(success, 2)) == FLOORS[task]
+
+
+@pytest.mark.parametrize("style", ["full", "brief"])
+def test_the_run_configs_env_arguments_build_it(style):
+    """verlog-train and verlog-eval pass env.* keys (the tiny recipe's brief prompt, its format penalty)."""
+    from verlog.config import load_recipe
+
+    cfg = load_recipe("tiny", ["env.task=reasoning_gym/letter_counting", f"env.instruction_style={style}"])
+    env = make_env(cfg.env.task, **cfg.env.env_kwargs())
+    env.reset(seed=0)
+    assert "ACTION: <" in env.instruction
+    with pytest.raises(ValueError, match="instruction_style"):
+        make_env(cfg.env.task, instruction_style="short")

@@ -49,10 +49,12 @@ from typing import Any
 from verlog.catalog import ENV_TASKS, OPTIONAL_FAMILIES
 from verlog.envs.adapters import PrivateGlobalRandom, isolated_global_random, to_text_charset
 from verlog.envs.base import TextEnv
+from verlog.envs.options import instruction_builder
 from verlog.envs.parsing import after_last_marker
 from verlog.envs.registry import register
 
-__all__ = ["GEM_TASKS", "GemGameEnv", "gem_move", "load_gem"]
+__all__ = ["GEM_TASKS", "GemGameEnv", "INSTRUCTION_STYLES", "build_brief_instruction", "build_instruction", "gem_move",
+           "load_gem"]
 
 #: the GEM games of gem-llm 0.1.0 that are tasks here (``gem/<game>`` for GEM's ``game:<game>``)
 GEM_TASKS: tuple[str, ...] = ENV_TASKS["gem"]
@@ -61,6 +63,22 @@ _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 _WON = "Congratulations!"
 _NOTE = ("Give each move as the game asks, inside \\boxed{...}; a reply without it may end with "
          "'ACTION: <move>', which is read as \\boxed{<move>}.")
+_BRIEF_NOTE = "Reply: ACTION: <move>."
+
+
+def build_instruction(rules: str) -> str:
+    """The system prompt (``instruction_style="full"``): the reply format, then GEM's opening text."""
+    return _NOTE + "\n\n" + rules
+
+
+def build_brief_instruction(rules: str) -> str:
+    """The short system prompt (``instruction_style="brief"``, for tiny models): a one-line reply format,
+    then GEM's opening text (the rules cannot be left out)."""
+    return _BRIEF_NOTE + "\n\n" + rules
+
+
+#: ``instruction_style`` -> the builder of the system prompt from GEM's opening text
+INSTRUCTION_STYLES = {"full": build_instruction, "brief": build_brief_instruction}
 
 
 def load_gem() -> Any:
@@ -112,6 +130,7 @@ class GemGameEnv(TextEnv):
             GEM's limit it truncates the episode.
         format_penalty: added to the reward of a reply with no move (see :class:`~verlog.envs.base.TextEnv`).
         hints: how many random moves ``valid_actions`` holds.
+        instruction_style: the system prompt, ``"full"`` or ``"brief"`` (:data:`INSTRUCTION_STYLES`).
 
     Raises:
         ImportError: gem-llm is not installed.
@@ -123,8 +142,9 @@ class GemGameEnv(TextEnv):
     default_action = "\\boxed{}"
 
     def __init__(self, game: str, *, max_steps: int | None = None, format_penalty: float = 0.0,
-                 hints: int = 8) -> None:
+                 hints: int = 8, instruction_style: str = "full") -> None:
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
+        self._build_instruction = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         if isinstance(hints, bool) or not isinstance(hints, int):
             raise TypeError(f"hints must be an int, got {type(hints).__name__}")
         if hints < 1:
@@ -147,7 +167,7 @@ class GemGameEnv(TextEnv):
         with self._random.active():
             rules, info = self._game.reset(seed=self._seed)
         self._won, self._turn = False, 0
-        self._instruction = _NOTE + "\n\n" + to_text_charset(str(rules))
+        self._instruction = self._build_instruction(to_text_charset(str(rules)))
         self._moves = self._draw_moves()
         return self._with_request("The game starts. Make your first move.", info, done=False), {}
 

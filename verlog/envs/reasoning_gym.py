@@ -177,6 +177,7 @@ class ReasoningGymEnv(TextEnv):
                  config: Mapping[str, Any] | None = None, answer_pool: int = 8, max_steps: int | None = None,
                  format_penalty: float = 0.0, instruction_style: str = "full") -> None:
         attempts = _positive_int("attempts", attempts)
+        build = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         super().__init__(max_steps=attempts if max_steps is None else max_steps, format_penalty=format_penalty)
         self.size = _positive_int("size", size)
         self.answer_pool = _positive_int("answer_pool", answer_pool)
@@ -204,7 +205,7 @@ class ReasoningGymEnv(TextEnv):
         self._best = 0.0
         self._score = 0.0
         self._answers: list[str] = []  # valid_actions: the pool's answers to other questions
-        self._instruction = instruction_builder(INSTRUCTION_STYLES, instruction_style)(attempts)
+        self._instruction = build(attempts)
 
     # -------------------------------------------------------------- the dataset
     def entry(self, index: int) -> dict[str, Any]:
