@@ -124,3 +124,16 @@ def test_the_run_configs_env_arguments_build_it(style):
     assert "ACTION: <" in env.instruction
     with pytest.raises(ValueError, match="instruction_style"):
         make_env(cfg.env.task, instruction_style="short")
+
+
+def test_the_random_floor_is_the_documented_one():
+    """docs/environments.md: verlog-eval random task=gem/GuessTheNumber-v0-easy episodes=100."""
+    from verlog.evaluate import RandomPolicy
+    from verlog.rollout.runner import EpisodeSpec, run_episodes
+
+    specs = [EpisodeSpec(GUESS, 100_000 + i, i) for i in range(100)]
+    records = run_episodes(specs, RandomPolicy(100_000), num_envs=4)
+    success = sum(r.success for r in records) / 100
+    mean_return = sum(r.episode_return for r in records) / 100
+    mean_length = sum(r.length for r in records) / 100
+    assert (round(success, 2), round(mean_return, 3), round(mean_length, 2)) == (0.37, 0.726, 3.43)
