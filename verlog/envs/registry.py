@@ -43,6 +43,8 @@ FAMILIES: dict[str, str] = {
     "nle": "verlog.envs.nle",
     "textworld": "verlog.envs.textworld",
     "sokoban": "verlog.envs.sokoban",
+    "reasoning_gym": "verlog.envs.reasoning_gym",
+    "gem": "verlog.envs.gem",
 }
 
 

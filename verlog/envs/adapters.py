@@ -1,0 +1,93 @@
+"""What every adapter of an environment library from outside Verlog needs: keep the library's use of the
+process-wide random generators to itself, and write its text inside the text observation space.
+
+Libraries of LLM tasks often draw from Python's ``random`` module and numpy's legacy global generator
+(``random.randint``, ``np.random.seed``) rather than from a generator of their own. Left alone, that
+makes an episode depend on whatever ran before it in the process, and it shifts the random streams of
+everything else in the process (the trainer seeds those once at start). :class:`PrivateGlobalRandom`
+gives the library a global state of its own: swapped in around each call into the library, swapped
+out again afterwards.
+"""
+
+from __future__ import annotations
+
+import random
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import numpy as np
+
+from verlog.envs.base import TEXT_CHARSET
+
+__all__ = ["PrivateGlobalRandom", "isolated_global_random", "to_text_charset"]
+
+_CHARSET = frozenset(TEXT_CHARSET)
+
+
+class PrivateGlobalRandom:
+    """A private copy of the states of Python's global ``random`` and of numpy's legacy global generator.
+
+    ``with private.active(): call_the_library()`` runs the call with this object's states as the global
+    ones and then puts the caller's states back, keeping the states the call left behind for the next
+    ``active()`` block. So the library sees one continuous stream of its own, which :meth:`seed` makes
+    reproducible, and the rest of the process sees no draw at all.
+
+    Args:
+        seed: the seed of both states (any int; see :meth:`seed`).
+    """
+
+    def __init__(self, seed: int = 0) -> None:
+        self._python: Any = None
+        self._numpy: Any = None
+        self.seed(seed)
+
+    def seed(self, seed: int) -> None:
+        """Reset both private states from ``seed`` (numpy takes ``seed`` modulo 2**32)."""
+        with isolated_global_random():
+            random.seed(seed)
+            np.random.seed(seed % 2**32)
+            self._python, self._numpy = random.getstate(), np.random.get_state()
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """Run the block with the private states as the global ones; the caller's come back afterwards,
+        also when the block raises."""
+        outer_python, outer_numpy = random.getstate(), np.random.get_state()
+        random.setstate(self._python)
+        np.random.set_state(self._numpy)
+        try:
+            yield
+        finally:
+            self._python, self._numpy = random.getstate(), np.random.get_state()
+            random.setstate(outer_python)
+            np.random.set_state(outer_numpy)
+
+
+@contextmanager
+def isolated_global_random(seed: int | None = None) -> Iterator[None]:
+    """Run the block and then put back the global ``random`` and numpy states it found.
+
+    Args:
+        seed: when given, the block starts from global states seeded with it (numpy: modulo 2**32), so
+            whatever the block draws from them is a function of ``seed`` alone.
+    """
+    outer_python, outer_numpy = random.getstate(), np.random.get_state()
+    try:
+        if seed is not None:
+            random.seed(seed)
+            np.random.seed(seed % 2**32)
+        yield
+    finally:
+        random.setstate(outer_python)
+        np.random.set_state(outer_numpy)
+
+
+def to_text_charset(text: str) -> str:
+    """``text`` with every character outside :data:`~verlog.envs.base.TEXT_CHARSET` written as a Python
+    escape (``\\u2192`` for a right arrow, ``\\U0001f600`` beyond the basic plane), so nothing is lost
+    and the result lies in the observation space's charset. Text inside the charset is returned as is.
+    """
+    if all(ch in _CHARSET for ch in text):
+        return text
+    return "".join(ch if ch in _CHARSET else (f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+                   for ch in text)
