@@ -5,7 +5,7 @@ ids such as ``TowerOfHanoi-v0``; each is an object with ``reset(num_players, see
 -> (done, info)``, ``get_observation() -> (player, messages)`` and ``close() -> (rewards, game_info)``.
 The tasks here are the single-player games of that version that run offline on Python 3.11
 (:data:`TEXTARENA_TASKS`, one per id, ``textarena/<id>``); docs/environments.md lists those left out and
-why (word games that download nltk corpora, games judged by a hosted LLM, one that needs Python 3.12,
+why (word games that download nltk corpora, games judged by a hosted LLM, one whose source does not compile,
 four whose invalid-move ending reports a string as the reward, two variants that take up to minutes to
 generate a puzzle).
 
