@@ -145,7 +145,7 @@ def textarena_move(reply: str, syntax: re.Pattern[str]) -> str | None:
 
 
 # ------------------------------------------------------------------ each game's moves
-Hints = Callable[[Any, random.Random, int], list[str]]
+_Hints = Callable[[Any, random.Random, int], list[str]]
 
 
 def _some(moves: list[str], rng: random.Random, n: int) -> list[str]:
@@ -153,7 +153,7 @@ def _some(moves: list[str], rng: random.Random, n: int) -> list[str]:
     return moves if len(moves) <= n else rng.sample(moves, n)
 
 
-def _fixed(*moves: str) -> Hints:
+def _fixed(*moves: str) -> _Hints:
     return lambda game, rng, n: _some(list(moves), rng, n)
 
 
@@ -241,7 +241,7 @@ class GameRules:
     """
 
     syntax: re.Pattern[str]
-    hints: Hints
+    hints: _Hints
     limit_reason: str | None = None
 
 
