@@ -101,7 +101,7 @@ def _list_envs() -> None:
     for family, tasks in by_family.items():
         origin = f" (plugin: {plugins[family].value})" if family in plugins else ""
         print(f"{family}{origin}: {', '.join(tasks)}")
-    print("or any import path package.module:Name of a TextEnv subclass or factory")
+    print("or any import path package.module:Name of a TextEnv subclass or factory, or an OpenEnv server openenv:<url>")
 
 
 def train_main(argv: list[str] | None = None) -> None:
@@ -132,9 +132,11 @@ def train_main(argv: list[str] | None = None) -> None:
         trainer = Trainer(cfg)
     except (ModelLoadError, FileNotFoundError, ConfigError, EngineConfigError, CheckpointError) as err:
         _fail(str(err).splitlines()[0])
+    from verlog.envs.faults import EnvFaultError
+
     try:
         result = trainer.train()
-    except NumericalFault as err:
+    except (NumericalFault, EnvFaultError) as err:  # EnvFaultError: an env (an OpenEnv server, say) stayed down
         print(f"error: {err}", file=sys.stderr)
         print(f"resume with: {trainer.resume_command()}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -38,7 +38,7 @@ from verlog.envs.base import REPLY_MAX_CHARS, TextEnv
 from verlog.envs.openenv_client import ACTION_FIELD, INFO_PATH, WS_PATH, observation_payload
 from verlog.envs.registry import make_env
 
-__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ServedEnv", "build_app", "check_host", "is_loopback", "listen", "serve"]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "ServedEnv", "build_app", "build_server", "check_host", "is_loopback", "listen", "serve"]
 
 #: the largest WebSocket frame a client may send (bytes): room for a reply of REPLY_MAX_CHARS characters
 #: written as JSON \\u escapes
@@ -323,21 +323,29 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def build_server(served: ServedEnv) -> Any:
+    """A ``uvicorn.Server`` of :func:`build_app` with the served limits: frames above ``max_message_bytes``
+    close the connection, at most ``max_sessions`` (plus a few for HTTP) connections at once, keepalive
+    pings every 20 s. Run it with ``.run(sockets=[listen(...)])``; it logs warnings only."""
+    import uvicorn
+
+    config = uvicorn.Config(build_app(served), log_level="warning", ws_max_size=served.max_message_bytes,
+                            ws_ping_interval=20.0, ws_ping_timeout=20.0, limit_concurrency=served.max_sessions + 16,
+                            timeout_graceful_shutdown=3, proxy_headers=False, server_header=False)
+    return uvicorn.Server(config)
+
+
 def serve(served: ServedEnv, sock: socket.socket, *, on_ready: Callable[[str], None] | None = None) -> None:
-    """Run the server on the listening ``sock`` until SIGINT or SIGTERM.
+    """Run the server (:func:`build_server`) on the listening ``sock`` until SIGINT or SIGTERM.
 
     Args:
         served: what to serve.
         sock: from :func:`listen`.
         on_ready: called with the server's base URL (``http://host:port``) before it starts serving.
     """
-    import uvicorn
-
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-    config = uvicorn.Config(build_app(served), log_level="warning", ws_max_size=served.max_message_bytes,
-                            ws_ping_interval=20.0, ws_ping_timeout=20.0, limit_concurrency=served.max_sessions + 16,
-                            timeout_graceful_shutdown=3, proxy_headers=False, server_header=False)
+    server = build_server(served)
     if on_ready is not None:
         on_ready(url)
-    uvicorn.Server(config).run(sockets=[sock])
+    server.run(sockets=[sock])
