@@ -410,3 +410,31 @@ def test_verlog_train_with_no_server_is_one_line(tmp_path):
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("[")]
     assert len(lines) == 1 and lines[0].startswith("error: env.task: ") and "cannot connect" in lines[0], proc.stderr
+
+
+def test_an_env_that_stays_down_ends_training_with_one_line(monkeypatch, capsys, tmp_path):
+    """When the fault machinery gives up (a server that stays down), verlog-train ends with one error line and
+    the command to resume, exit status 1."""
+    import verlog.cli
+    import verlog.trainer
+
+    class DownTrainer:
+        run_dir = tmp_path
+
+        def __init__(self, cfg: Any) -> None:
+            pass
+
+        def train(self) -> dict:
+            raise EnvFaultError("openenv:http://127.0.0.1:1: 3 restarts failed in a row; last: cannot connect")
+
+        def resume_command(self) -> str:
+            return f"verlog-train {tmp_path}/config.yaml resume={tmp_path}"
+
+    monkeypatch.setattr(verlog.trainer, "Trainer", DownTrainer)
+    monkeypatch.setattr(verlog.cli, "_use_threads", lambda threads: None)
+    with pytest.raises(SystemExit) as exc:
+        verlog.cli.train_main(["tiny", f"run_root={tmp_path}"])
+    assert exc.value.code == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[0].startswith("error: openenv:http://127.0.0.1:1: 3 restarts failed") and len(lines) == 2
+    assert lines[1].startswith("resume with: verlog-train")

@@ -378,8 +378,9 @@ def serve_env_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-sessions", type=int, default=128, help="sessions at once (default 128)")
     parser.add_argument("--max-message-bytes", type=int, default=1 << 20,
                         help="largest frame a client may send, bytes (default 1 MiB)")
-    parser.add_argument("--idle-timeout-s", type=float, default=600.0,
-                        help="close a session silent this long, seconds (default 600)")
+    parser.add_argument("--idle-timeout-s", type=float, default=3600.0,
+                        help="close a session silent this long, seconds (default 3600: a client is silent while it "
+                             "trains)")
     args = parser.parse_args(argv)
     from verlog.serve_env import ServedEnv, check_host, listen, serve
 

@@ -85,7 +85,7 @@ class ServedEnv:
 
     def __init__(self, task: str, env_kwargs: dict[str, Any] | None = None, *, max_sessions: int = 128,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_reply_chars: int = REPLY_MAX_CHARS,
-                 idle_timeout_s: float = 600.0) -> None:
+                 idle_timeout_s: float = 3600.0) -> None:
         if task.startswith(OPENENV_PREFIX):
             raise ValueError(f"{task} is itself an OpenEnv client; serve the environment where it runs")
         for name, value, low in (("max_sessions", max_sessions, 1), ("max_message_bytes", max_message_bytes, 1024),
