@@ -128,6 +128,23 @@ def test_served_env_plays_like_the_in_process_env(server):
     assert ends["truncated"] > 0, ends
 
 
+def test_async_vector_env_of_served_envs(server):
+    """Forked vector-env workers each open their own session: the same observations as local envs."""
+    from verlog.envs import make_vector_env
+
+    remote = make_vector_env(f"openenv:{server}", 3, seed=5, mode="async")
+    local = make_vector_env(TASK, 3, seed=5, mode="sync", env_kwargs={"max_steps": SERVED_STEPS})
+    try:
+        assert list(remote.reset()[0]) == list(local.reset()[0])
+        for reply in REPLIES[:4]:
+            got, want = remote.step([reply] * 3), local.step([reply] * 3)
+            assert list(got[0]) == list(want[0]) and list(got[1]) == list(want[1])
+            assert list(got[2]) == list(want[2]) and list(got[3]) == list(want[3])
+    finally:
+        remote.close()
+        local.close()
+
+
 def test_invalid_reply_is_reported_and_penalised_by_the_client(server):
     """The server reports that a reply held no valid action; the client adds its own format penalty."""
     remote = make_env(f"openenv:{server}", format_penalty=-0.5)

@@ -300,7 +300,10 @@ def build_app(served: ServedEnv) -> FastAPI:
             pass
         finally:
             active["sessions"] -= 1
-            await run(state.close)
+            try:
+                await run(state.close)
+            except RuntimeError:  # the worker thread is gone: the server is shutting down
+                state.close()
 
     return app
 
