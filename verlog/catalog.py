@@ -13,10 +13,11 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from typing import Iterable
+from urllib.parse import urlsplit
 
 __all__ = ["ALGORITHM_TRAITS", "AGENT_TASK_NAMES", "AlgorithmTraits", "CREDIT_MODES", "ENTRY_POINT_GROUP", "ENV_TASKS",
-           "MIXTURE_TASKS", "OPTIONAL_FAMILIES", "REPLY_PREFIX", "TIDY_TEXT_FAMILIES",
-           "env_names", "did_you_mean"]
+           "MIXTURE_TASKS", "OPENENV_PREFIX", "OPENENV_SCHEMES", "OPTIONAL_FAMILIES", "REPLY_PREFIX", "TIDY_TEXT_FAMILIES",
+           "env_names", "did_you_mean", "openenv_url"]
 
 #: every task of every environment family, ``<family>/<task>`` (the names of :func:`verlog.envs.list_envs`);
 #: the families of :data:`OPTIONAL_FAMILIES` are listed whether or not their package is installed
@@ -135,6 +136,13 @@ OPTIONAL_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
     "textarena": (("textarena",), "pip install 'verlog[textarena]'"),
 }
 
+#: ``env.task`` names of the form ``openenv:<url>`` play episodes against an OpenEnv server at ``<url>``
+#: (:mod:`verlog.envs.openenv_client`)
+OPENENV_PREFIX = "openenv:"
+
+#: the URL schemes an ``openenv:<url>`` task may give (http(s) and ws(s) name the same server)
+OPENENV_SCHEMES: tuple[str, ...] = ("http", "https", "ws", "wss")
+
 #: the entry-point group through which installed packages add environment families (:mod:`verlog.envs.registry`)
 ENTRY_POINT_GROUP = "verlog.envs"
 
@@ -167,3 +175,29 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     (similarity ratio >= 0.6), else ``""``: ``babyai/gotoo`` finds ``babyai/goto``."""
     close = difflib.get_close_matches(str(name), list(choices), n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def openenv_url(name: str) -> str | None:
+    """The server URL of an ``openenv:<url>`` environment name, or ``None`` for any other name.
+
+    The URL is the server's base address: a scheme of :data:`OPENENV_SCHEMES`, a host, an optional port
+    and an optional path prefix, with no query, fragment or user info; one trailing ``/`` is dropped.
+
+    Raises:
+        ValueError: ``name`` starts with :data:`OPENENV_PREFIX` but the rest is not such a URL (one line).
+    """
+    if not isinstance(name, str) or not name.startswith(OPENENV_PREFIX):
+        return None
+    url = name[len(OPENENV_PREFIX):]
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # parses the port, raising ValueError when it is not a number in range
+    except ValueError as exc:
+        raise ValueError(f"{name!r} is not openenv:<url> with a valid URL: {exc}") from None
+    if parts.scheme not in OPENENV_SCHEMES or not parts.hostname:
+        raise ValueError(f"{name!r}: expected openenv:<scheme>://<host>[:<port>] with scheme one of "
+                         f"{', '.join(OPENENV_SCHEMES)}, e.g. openenv:http://127.0.0.1:8000")
+    if parts.query or parts.fragment or parts.username or parts.password or any(c.isspace() for c in url):
+        raise ValueError(f"{name!r}: the server URL takes no query, fragment, user info or whitespace")
+    del port
+    return url[:-1] if url.endswith("/") else url

@@ -1,4 +1,5 @@
-"""Command-line entry points: ``verlog-train``, ``verlog-eval`` and ``verlog-plot`` (thin: parse, build, run).
+"""Command-line entry points: ``verlog-train``, ``verlog-eval``, ``verlog-plot`` and ``verlog-serve-env`` (thin:
+parse, build, run).
 
 Every malformed recipe, override or argument exits with status 2 and one line on stderr naming the
 key and what was expected.
@@ -100,7 +101,7 @@ def _list_envs() -> None:
     for family, tasks in by_family.items():
         origin = f" (plugin: {plugins[family].value})" if family in plugins else ""
         print(f"{family}{origin}: {', '.join(tasks)}")
-    print("or any import path package.module:Name of a TextEnv subclass or factory")
+    print("or any import path package.module:Name of a TextEnv subclass or factory, or an OpenEnv server openenv:<url>")
 
 
 def train_main(argv: list[str] | None = None) -> None:
@@ -131,9 +132,11 @@ def train_main(argv: list[str] | None = None) -> None:
         trainer = Trainer(cfg)
     except (ModelLoadError, FileNotFoundError, ConfigError, EngineConfigError, CheckpointError) as err:
         _fail(str(err).splitlines()[0])
+    from verlog.envs.faults import EnvFaultError
+
     try:
         result = trainer.train()
-    except NumericalFault as err:
+    except (NumericalFault, EnvFaultError) as err:  # EnvFaultError: an env (an OpenEnv server, say) stayed down
         print(f"error: {err}", file=sys.stderr)
         print(f"resume with: {trainer.resume_command()}", file=sys.stderr)
         raise SystemExit(1) from None
@@ -346,3 +349,75 @@ def plot_main(argv: list[str] | None = None) -> None:
         print(png)
     for png in write_gae_figures(run):
         print(png)
+
+
+def serve_env_main(argv: list[str] | None = None) -> None:
+    """``verlog-serve-env <task> [--host 127.0.0.1] [--port N] [options]``: serve a Verlog environment as an
+    OpenEnv server (:mod:`verlog.serve_env`) until interrupted.
+
+    Prints one line with the server's URL once it listens (``--port 0`` lets the system pick a free
+    port). Every session builds the task with ``--max-steps``, ``--format-penalty``,
+    ``--instruction-style``, ``--text-style`` and ``--env-kwargs`` (a JSON object). A bad argument, a task
+    that cannot be built, a non-loopback ``--host`` without ``--allow-remote`` or an address that cannot
+    be bound exits with status 2 and one line naming the argument.
+    """
+    parser = _Parser(prog="verlog-serve-env", description="Serve a Verlog text environment as an OpenEnv server "
+                     "(WebSocket /ws; HTTP /health, /schema, /metadata, /verlog/info).")
+    parser.add_argument("task", help="a registered environment, e.g. babyai/easy_goto (verlog-train --list-envs)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; a non-loopback "
+                        "address needs --allow-remote)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: a free port)")
+    parser.add_argument("--allow-remote", action="store_true",
+                        help="allow a non-loopback --host (the server has no authentication)")
+    parser.add_argument("--max-steps", type=int, help="the served env's step limit (default: the task's)")
+    parser.add_argument("--format-penalty", type=float, default=0.0,
+                        help="the served env's penalty (<= 0) for a reply without a valid action (default 0)")
+    parser.add_argument("--instruction-style", choices=("full", "brief"), help="Verlog's own tasks: the prompt")
+    parser.add_argument("--text-style", choices=("balrog", "tidy"), help="Verlog's own tasks: the observation text")
+    parser.add_argument("--env-kwargs", default="{}", help="more arguments of the task, as a JSON object")
+    parser.add_argument("--max-sessions", type=int, default=128, help="sessions at once (default 128)")
+    parser.add_argument("--max-message-bytes", type=int, default=1 << 20,
+                        help="largest frame a client may send, bytes (default 1 MiB)")
+    parser.add_argument("--idle-timeout-s", type=float, default=3600.0,
+                        help="close a session silent this long, seconds (default 3600: a client is silent while it "
+                             "trains)")
+    args = parser.parse_args(argv)
+    from verlog.serve_env import ServedEnv, check_host, listen, serve
+
+    if not 0 <= args.port <= 65535:
+        _fail(f"--port: expected 0..65535, got {args.port}")
+    try:
+        check_host(args.host, args.allow_remote)
+    except ValueError as err:
+        _fail(f"--host: {err}")
+    try:
+        kwargs = json.loads(args.env_kwargs)
+    except ValueError as err:
+        _fail(f"--env-kwargs: not JSON: {err}")
+    if not isinstance(kwargs, dict):
+        _fail(f"--env-kwargs: expected a JSON object, got a JSON {type(kwargs).__name__}")
+    for flag, key, value in (("--max-steps", "max_steps", args.max_steps), ("--instruction-style", "instruction_style",
+                             args.instruction_style), ("--text-style", "text_style", args.text_style)):
+        if value is not None:
+            if key in kwargs:
+                _fail(f"--env-kwargs: {key!r} is set by {flag}; give it once")
+            kwargs[key] = value
+    kwargs.setdefault("format_penalty", args.format_penalty)
+    try:
+        served = ServedEnv(args.task, kwargs, max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes,
+                           idle_timeout_s=args.idle_timeout_s)
+    except (ValueError, TypeError, ImportError) as err:
+        text = str(err).splitlines()[0] if str(err) else type(err).__name__
+        flag = next((f for f in ("max_sessions", "max_message_bytes", "idle_timeout_s", "max_steps", "format_penalty")
+                     if text.startswith(f)), None)
+        _fail(f"--{flag.replace('_', '-')}: {text}" if flag else f"task: {args.task}: {text}")
+    try:
+        sock = listen(args.host, args.port)
+    except OSError as err:
+        _fail(f"--port: cannot listen on {args.host}:{args.port}: {err}")
+
+    def ready(url: str) -> None:
+        print(f"serving {args.task} at {url} (OpenEnv WebSocket {url.replace('http', 'ws', 1)}/ws); "
+              f"train against it with env.task=openenv:{url}", flush=True)
+
+    serve(served, sock, on_ready=ready)

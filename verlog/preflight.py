@@ -22,8 +22,8 @@ import os
 import sys
 from pathlib import Path
 
-from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, MIXTURE_TASKS, OPTIONAL_FAMILIES,
-                            REPLY_PREFIX, did_you_mean, env_names)
+from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, MIXTURE_TASKS, OPENENV_PREFIX,
+                            OPTIONAL_FAMILIES, REPLY_PREFIX, did_you_mean, env_names, openenv_url)
 from verlog.config import ConfigError, TrainConfig
 from verlog.imports import is_import_path, module_exists
 
@@ -263,11 +263,22 @@ def check_env_task(task: str) -> None:
     """``env.task`` names an environment: one of :mod:`verlog.catalog` or registered in this process
     (nothing imported; a family of :data:`~verlog.catalog.OPTIONAL_FAMILIES` must have its packages
     installed), an import path ``package.module:Name`` (its module must exist; it is then imported and
-    registered), or a task of an installed plugin family (the plugin is loaded).
+    registered), a task of an installed plugin family (the plugin is loaded), or an OpenEnv server
+    ``openenv:<url>`` (the URL's form only: the server is first contacted when the env is built,
+    :func:`check_external_env`).
 
     Raises:
         ConfigError: one line naming ``env.task``.
     """
+    if task.startswith(OPENENV_PREFIX):
+        try:
+            openenv_url(task)
+        except ValueError as exc:
+            raise ConfigError(f"env.task: {exc}") from None
+        if not module_exists("websockets"):
+            raise ConfigError(f"env.task: {task} needs the websockets package, not installed: "
+                              "pip install 'verlog[openenv]'")
+        return
     if task in _env_names():
         modules, install = OPTIONAL_FAMILIES.get(task.partition("/")[0], ((), ""))
         missing = [m for m in modules if not module_exists(m)]
@@ -299,12 +310,14 @@ def check_env_task(task: str) -> None:
 
 
 def check_external_env(cfg: TrainConfig) -> None:
-    """An environment from outside Verlog (import path or plugin family) keeps the gymnasium contract:
-    one env is built with the run's arguments and checked by gymnasium's ``check_env`` (reset and step
-    types, spaces, seeding); Verlog's own environments are tested in its suite and skipped here.
+    """An environment from outside Verlog (import path, plugin family or OpenEnv server) keeps the gymnasium
+    contract: one env is built with the run's arguments and checked by gymnasium's ``check_env`` (reset and
+    step types, spaces, seeding); Verlog's own environments are tested in its suite and skipped here. For
+    an OpenEnv server this is where it is first contacted.
 
     Raises:
-        ConfigError: one line naming ``env.task``: the env cannot be built with the run's arguments,
+        ConfigError: one line naming ``env.task``: the env cannot be built with the run's arguments (an
+            OpenEnv server that does not answer included),
             it sets no step limit (``max_steps`` None with ``env.max_steps`` unset), or it breaks the
             contract.
     """

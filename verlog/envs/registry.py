@@ -15,7 +15,9 @@ Environments from outside Verlog come in two ways, with no change to Verlog's so
   :data:`ENTRY_POINT_GROUP` (``verlog.envs``) named after its family, e.g. in ``pyproject.toml``
   ``[project.entry-points."verlog.envs"] mygames = "mygames.verlog"``. Asking for ``mygames/<task>``
   loads it: the entry point names a module that registers its tasks with :func:`register` when
-  imported, or a function (``mygames.verlog:register_all``) that does so when called.
+  imported, or a function (``mygames.verlog:register_all``) that does so when called;
+* an **OpenEnv server** ``openenv:<url>`` (e.g. ``openenv:http://127.0.0.1:8000``): episodes are played
+  over the network against whatever environment that server runs (:mod:`verlog.envs.openenv_client`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import importlib.metadata
 import inspect
 from typing import Any, Callable
 
-from verlog.catalog import ENTRY_POINT_GROUP, did_you_mean
+from verlog.catalog import ENTRY_POINT_GROUP, OPENENV_PREFIX, did_you_mean, openenv_url
 from verlog.envs.base import TextEnv
 from verlog.imports import is_import_path
 
@@ -168,16 +170,23 @@ def registered_names() -> list[str]:
 
 def is_registered(name: str) -> bool:
     """Whether ``name`` is a registered environment (imports only its own family's module; an import
-    path is imported and registered).
+    path is imported and registered, and so is an OpenEnv server ``openenv:<url>``, without contacting it).
 
     Raises:
-        EnvImportError: an import path or a plugin family that cannot be loaded.
+        EnvImportError: an import path or a plugin family that cannot be loaded, or an ``openenv:`` name
+            whose URL is malformed.
     """
     if not isinstance(name, str):
         return False
     if name not in _FACTORIES:
         if is_import_path(name):
             _register_import_path(name)
+        elif name.startswith(OPENENV_PREFIX):
+            try:
+                openenv_url(name)
+            except ValueError as exc:
+                raise EnvImportError(str(exc)) from None
+            importlib.import_module("verlog.envs.openenv_client").register_server(name)
         else:
             _load_family(name.split("/", 1)[0])
     return name in _FACTORIES
@@ -210,8 +219,8 @@ def make_env(name: str, **kwargs: Any) -> TextEnv:
     if not is_registered(name):
         families = sorted({*FAMILIES, *plugin_families()})
         raise ValueError(
-            f"unknown environment {name!r}; names are <family>/<task> with family one of {families}, or an import "
-            f"path package.module:Name; registered so far: {sorted(_FACTORIES)}{did_you_mean(name, _FACTORIES)}"
+            f"unknown environment {name!r}; names are <family>/<task> with family one of {families}, an import "
+            f"path package.module:Name, or an OpenEnv server openenv:<url>; registered so far: {sorted(_FACTORIES)}{did_you_mean(name, _FACTORIES)}"
         )
     factory = _FACTORIES[name]
     try:
