@@ -1,5 +1,6 @@
 """What every adapter of an environment library from outside Verlog needs: keep the library's use of the
-process-wide random generators to itself, and write its text inside the text observation space.
+process-wide random generators to itself, write its text inside the text observation space, and report
+the hint moves and the win of a game that ends won or not (:class:`WinOrLoseGameEnv`).
 
 Libraries of LLM tasks often draw from Python's ``random`` module and numpy's legacy global generator
 (``random.randint``, ``np.random.seed``) rather than from a generator of their own. Left alone, that
@@ -17,9 +18,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from verlog.envs.base import TEXT_CHARSET
+from verlog.envs.base import TEXT_CHARSET, TextEnv
 
-__all__ = ["PrivateGlobalRandom", "isolated_global_random", "to_text_charset"]
+__all__ = ["PrivateGlobalRandom", "WinOrLoseGameEnv", "isolated_global_random", "to_text_charset"]
 
 _CHARSET = frozenset(TEXT_CHARSET)
 
@@ -91,3 +92,30 @@ def to_text_charset(text: str) -> str:
         return text
     return "".join(ch if ch in _CHARSET else (f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
                    for ch in text)
+
+
+class WinOrLoseGameEnv(TextEnv):
+    """A :class:`TextEnv` over an outside game that ends won or not, with hint moves for random play.
+
+    The subclass keeps ``self._moves`` (moves of the current state, drawn or listed by the library; any
+    move the game accepts may still be sent) and ``self._won`` (its own rule for a win) up to date in
+    ``reset`` and ``step``; this class reports them through the :class:`TextEnv` properties.
+    """
+
+    _moves: list[str]
+    _won: bool
+
+    @property
+    def valid_actions(self) -> list[str]:
+        """Hint moves of the current state (what random play draws from)."""
+        return list(self._moves)
+
+    @property
+    def progression(self) -> float:
+        """1 once the game is won, else 0."""
+        return 1.0 if self._won else 0.0
+
+    @property
+    def success(self) -> bool:
+        """Whether the game was won (the subclass's rule)."""
+        return self._won

@@ -47,8 +47,7 @@ import re
 from typing import Any
 
 from verlog.catalog import ENV_TASKS, OPTIONAL_FAMILIES
-from verlog.envs.adapters import PrivateGlobalRandom, isolated_global_random, to_text_charset
-from verlog.envs.base import TextEnv
+from verlog.envs.adapters import PrivateGlobalRandom, WinOrLoseGameEnv, isolated_global_random, to_text_charset
 from verlog.envs.options import instruction_builder
 from verlog.envs.parsing import after_last_marker
 from verlog.envs.registry import register
@@ -121,7 +120,7 @@ def gem_move(reply: str) -> str | None:
     return None
 
 
-class GemGameEnv(TextEnv):
+class GemGameEnv(WinOrLoseGameEnv):
     """One GEM text game as a :class:`~verlog.envs.base.TextEnv` (see the module docstring).
 
     Args:
@@ -204,21 +203,6 @@ class GemGameEnv(TextEnv):
     def gem_env(self) -> Any:
         """The wrapped GEM env (to inspect; stepping it directly bypasses the private random states)."""
         return self._game
-
-    @property
-    def valid_actions(self) -> list[str]:
-        """Random moves of the current state (hints for random play; any move is sent to GEM)."""
-        return list(self._moves)
-
-    @property
-    def progression(self) -> float:
-        """1 once the game is won, else 0."""
-        return 1.0 if self._won else 0.0
-
-    @property
-    def success(self) -> bool:
-        """Whether GEM has declared the game won."""
-        return self._won
 
 
 def _register_all() -> None:

@@ -64,8 +64,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from verlog.catalog import ENV_TASKS, OPTIONAL_FAMILIES
-from verlog.envs.adapters import PrivateGlobalRandom, isolated_global_random, to_text_charset
-from verlog.envs.base import TextEnv
+from verlog.envs.adapters import PrivateGlobalRandom, WinOrLoseGameEnv, isolated_global_random, to_text_charset
 from verlog.envs.options import instruction_builder
 from verlog.envs.parsing import after_last_marker
 from verlog.envs.registry import register
@@ -275,7 +274,7 @@ UNTOLD_LIMIT_REASONS: dict[str, str] = {name: rules.limit_reason for name, rules
                                         if rules.limit_reason is not None}
 
 
-class TextArenaEnv(TextEnv):
+class TextArenaEnv(WinOrLoseGameEnv):
     """One single-player TextArena game as a :class:`~verlog.envs.base.TextEnv` (see the module docstring).
 
     Args:
@@ -391,21 +390,6 @@ class TextArenaEnv(TextEnv):
     def end(self) -> tuple[float, str] | None:
         """``(reward, reason)`` TextArena gave at the end of the episode, ``None`` while it goes on."""
         return self._end
-
-    @property
-    def valid_actions(self) -> list[str]:
-        """Moves of the current state (hints for random play; any move of the game's syntax is sent)."""
-        return list(self._moves)
-
-    @property
-    def progression(self) -> float:
-        """1 once the game is won, else 0."""
-        return 1.0 if self._won else 0.0
-
-    @property
-    def success(self) -> bool:
-        """Whether the game ended with a reward of 1 or more (a win; in Set, a Set found)."""
-        return self._won
 
 
 def _register_all() -> None:
