@@ -105,6 +105,20 @@ class WinOrLoseGameEnv(TextEnv):
     _moves: list[str]
     _won: bool
 
+    def __init__(self, *, max_steps: int | None = None, format_penalty: float = 0.0, hints: int = 8) -> None:
+        """Check and keep ``hints``, how many hint moves to draw per state.
+
+        Raises:
+            TypeError: ``hints`` is not an int.
+            ValueError: ``hints < 1``.
+        """
+        super().__init__(max_steps=max_steps, format_penalty=format_penalty)
+        if isinstance(hints, bool) or not isinstance(hints, int):
+            raise TypeError(f"hints must be an int, got {type(hints).__name__}")
+        if hints < 1:
+            raise ValueError(f"hints must be >= 1, got {hints}")
+        self.hints = hints
+
     @property
     def valid_actions(self) -> list[str]:
         """Hint moves of the current state (what random play draws from)."""

@@ -142,13 +142,9 @@ class GemGameEnv(WinOrLoseGameEnv):
 
     def __init__(self, game: str, *, max_steps: int | None = None, format_penalty: float = 0.0,
                  hints: int = 8, instruction_style: str = "full") -> None:
-        super().__init__(max_steps=max_steps, format_penalty=format_penalty)
+        super().__init__(max_steps=max_steps, format_penalty=format_penalty, hints=hints)
         self._build_instruction = instruction_builder(INSTRUCTION_STYLES, instruction_style)
-        if isinstance(hints, bool) or not isinstance(hints, int):
-            raise TypeError(f"hints must be an int, got {type(hints).__name__}")
-        if hints < 1:
-            raise ValueError(f"hints must be >= 1, got {hints}")
-        self.game, self.hints = game, hints
+        self.game = game
         gem = load_gem()
         self._random = PrivateGlobalRandom(0)
         with self._random.active():
