@@ -52,29 +52,20 @@ def test_loading_a_config_imports_no_registry():
                                    "'verlog.imports']"]
 
 
-def test_a_task_of_an_optional_family_needs_its_package(monkeypatch):
-    """reasoning_gym/* is listed without its package; a config naming one is told the install line."""
+@pytest.mark.parametrize("task, package", [("reasoning_gym/basic_arithmetic", "reasoning_gym"),
+                                           ("textarena/TowerOfHanoi-v0", "textarena")])
+def test_a_task_of_an_optional_family_needs_its_package(monkeypatch, task, package):
+    """An optional family is listed without its package; a config naming one is told the install line."""
     import verlog.preflight as preflight
 
-    cfg = load_recipe("tiny", ["env.task=reasoning_gym/basic_arithmetic"])
-    monkeypatch.setattr(preflight, "module_exists", lambda name: name != "reasoning_gym")
+    cfg = load_recipe("tiny", [f"env.task={task}"])
+    monkeypatch.setattr(preflight, "module_exists", lambda name: name != package)
     with pytest.raises(ConfigError) as err:
         check_buildable(cfg)
-    assert str(err.value) == ("env.task: reasoning_gym/basic_arithmetic needs the reasoning_gym package, not "
-                              "installed: pip install 'verlog[reasoning_gym]'")
+    assert str(err.value) == (f"env.task: {task} needs the {package} package, not installed: "
+                              f"pip install 'verlog[{package}]'")
     monkeypatch.setattr(preflight, "module_exists", lambda name: True)
     check_buildable(cfg)
-
-
-def test_textarena_tasks_need_textarena(monkeypatch):
-    import verlog.preflight as preflight
-
-    cfg = load_recipe("tiny", ["env.task=textarena/TowerOfHanoi-v0"])
-    monkeypatch.setattr(preflight, "module_exists", lambda name: name != "textarena")
-    with pytest.raises(ConfigError) as err:
-        check_buildable(cfg)
-    assert str(err.value) == ("env.task: textarena/TowerOfHanoi-v0 needs the textarena package, not installed: "
-                              "pip install 'verlog[textarena]'")
 
 
 def test_gem_tasks_need_gem_and_the_reasoning_gym_it_imports(monkeypatch):
