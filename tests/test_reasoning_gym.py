@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-pytest.importorskip("reasoning_gym", reason="reasoning-gym is not installed (pip install 'verlog[reasoning_gym]')")
+pytest.importorskip("reasoning_gym", reason="reasoning-gym is not installed (pip install 'verlog[reasoning-gym]')")
 
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 

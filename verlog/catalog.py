@@ -129,10 +129,10 @@ ALGORITHM_TRAITS: dict[str, AlgorithmTraits] = {
 #: families whose environments come from packages that Verlog does not install by default: family ->
 #: (the modules its environments import, the install line a config naming one of its tasks is told to run)
 OPTIONAL_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
-    "reasoning_gym": (("reasoning_gym",), "pip install 'verlog[reasoning_gym]'"),
+    "reasoning_gym": (("reasoning_gym",), "pip install 'verlog[reasoning-gym]'"),
     # gem-llm 0.1.0 pins reasoning-gym 0.1.23 (the extra has 0.1.25, which its games run with) and requires
     # packages its text games do not use, hence --no-deps
-    "gem": (("gem", "reasoning_gym"), "pip install 'verlog[reasoning_gym]' && pip install --no-deps gem-llm==0.1.0"),
+    "gem": (("gem", "reasoning_gym"), "pip install 'verlog[reasoning-gym]' && pip install --no-deps gem-llm==0.1.0"),
     "textarena": (("textarena",), "pip install 'verlog[textarena]'"),
 }
 
