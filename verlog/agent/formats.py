@@ -1,7 +1,8 @@
-"""The texts a tool task's format warm-up and tiny tokenizer are made of, shared by the calculator
-(:mod:`verlog.agent.calculator`) and class tasks (:mod:`verlog.agent.class_task`): Hermes tool calls,
-argument values drawn from a tool's schema, and whole conversations rendered by the tiny model's
-chat template."""
+"""The texts a tool task's format warm-up and tiny tokenizer are made of, shared by the built-in tasks
+(:mod:`verlog.agent.calculator`, :mod:`verlog.agent.search`) and class tasks
+(:mod:`verlog.agent.class_task`): Hermes tool calls, the final ``ANSWER: <answer>`` line (written and
+read here, once for every task), argument values drawn from a tool's schema, and whole conversations
+rendered by the tiny model's chat template."""
 
 from __future__ import annotations
 
@@ -12,13 +13,34 @@ from typing import Any
 
 from verlog.tools.base import BaseTool
 
-__all__ = ["corpus_text", "draw_arguments", "prompt_vocabulary", "tool_call_text"]
+__all__ = ["ANSWER_PREFIX", "answer_text", "corpus_text", "draw_arguments", "final_answer", "prompt_vocabulary",
+           "tool_call_text"]
+
+#: what the final line of a built-in task's answer starts with
+ANSWER_PREFIX = "ANSWER:"
+_FINAL_ANSWER = re.compile(re.escape(ANSWER_PREFIX) + r"[ \t]*([^\n]*)")
 
 
 def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
     """A Hermes tool call as the Qwen-family templates write one (and :func:`~verlog.agent.parse_reply`
     reads it): ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``."""
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def answer_text(value: float | int | str) -> str:
+    """The final reply ``ANSWER: <value>`` (a whole float written as an int: 12.0 -> ``ANSWER: 12``)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{ANSWER_PREFIX} {value}"
+
+
+def final_answer(text: str | None) -> str | None:
+    """The text after the last ``ANSWER:`` of ``text``, up to the end of its line, stripped; None when
+    ``text`` is empty or has no ``ANSWER:`` (``"x\nANSWER: 5 apples\n"`` -> ``"5 apples"``)."""
+    if not text:
+        return None
+    found = _FINAL_ANSWER.findall(text)
+    return found[-1].strip() if found else None
 
 
 def corpus_text(messages: list[dict[str, Any]], tools: list[BaseTool], turns: list[dict[str, Any]]) -> str:

@@ -2,8 +2,8 @@
 starts (its messages, tools and reward), and (for the tiny model) a tokenizer corpus and format
 warm-up scripts.
 
-A task is looked up by :func:`make_agent_task`: by name (``calculator`` is built in,
-:mod:`verlog.agent.calculator`) or by the import path ``package.module:Class`` of an environment
+A task is looked up by :func:`make_agent_task`: by name (``calculator`` and ``search`` are built in,
+:mod:`verlog.agent.calculator`, :mod:`verlog.agent.search`) or by the import path ``package.module:Class`` of an environment
 class in TRL's convention (:mod:`verlog.agent.class_task`).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from verlog.agent import calculator
+from verlog.agent import calculator, search, search_world
 from verlog.imports import is_import_path
 
 __all__ = ["AgentTask", "AGENT_TASKS", "Conversation", "make_agent_task"]
@@ -47,6 +47,8 @@ class AgentTask:
         warmup_scripts: ``item -> reply scripts`` for the format warm-up (see
             :func:`verlog.agent.scripted.scripted_examples`).
         corpus: ``(n, seed) -> texts`` for the tiny model's tokenizer.
+        eval_items: ``(n, seed) -> n items`` for evaluation when the task holds a fixed evaluation set
+            out of training's items (``search``); None: evaluation draws ``make_items(n, eval seed)``.
     """
 
     name: str
@@ -55,6 +57,11 @@ class AgentTask:
     success_reward: float
     warmup_scripts: Callable[[Any], list[list[str]]]
     corpus: Callable[[int, int], list[str]]
+    eval_items: Callable[[int, int], list[Any]] | None = None
+
+    def evaluation_items(self, n: int, seed: int) -> list[Any]:
+        """The ``n`` items an evaluation with ``seed`` runs: ``eval_items`` when set, else ``make_items``."""
+        return (self.eval_items or self.make_items)(n, seed)
 
 
 def _calculator(max_operand: int = 99) -> AgentTask:
@@ -68,17 +75,44 @@ def _calculator(max_operand: int = 99) -> AgentTask:
     )
 
 
-AGENT_TASKS: dict[str, Callable[..., AgentTask]] = {"calculator": _calculator}
+def _search(top_k: int = 2, world_seed: int = 0) -> AgentTask:
+    world, _ = search.world_index(world_seed)
+    held_out = search_world.eval_questions(world)
+
+    def eval_items(n: int, seed: int) -> list[search_world.SearchQuestion]:
+        if n > len(held_out):
+            raise ValueError(f"the search task has {len(held_out)} evaluation questions, {n} were asked for")
+        return held_out[:n]
+
+    def make_items(n: int, seed: int) -> list[search_world.SearchQuestion]:
+        return search_world.make_questions(world, n, seed)
+
+    return AgentTask(
+        name="search",
+        make_items=make_items,
+        start=lambda q: Conversation(search.question_messages(q), search.search_tools(world_seed, top_k),
+                                     search.search_reward(q)),
+        success_reward=1.0,
+        warmup_scripts=lambda q: search.warmup_scripts(world, q),
+        corpus=lambda n, seed: search.search_corpus(make_items(n, seed), world_seed, top_k),
+        eval_items=eval_items,
+    )
+
+
+AGENT_TASKS: dict[str, Callable[..., AgentTask]] = {"calculator": _calculator, "search": _search}
 
 
 def make_agent_task(name: str, **kwargs: Any) -> AgentTask:
-    """The task ``name`` built with ``kwargs``: a registered name (calculator: ``max_operand``), or the
+    """The task ``name`` built with ``kwargs``: a registered name (calculator: ``max_operand``; search:
+    ``top_k`` passages per search and the ``world_seed`` of its invented world), or the
     import path ``package.module:Class`` of an environment class (``dataset``: see
     :func:`verlog.agent.class_task.class_task`).
 
     Raises:
         KeyError: neither a known name nor an import path (the message lists the known names).
         ValueError: a class that cannot be loaded or breaks the convention (one line).
+        ImportError: the task's optional package is missing (search: bm25s; one line with the install
+            command).
     """
     if name in AGENT_TASKS:
         return AGENT_TASKS[name](**kwargs)
