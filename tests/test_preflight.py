@@ -77,15 +77,15 @@ def test_every_extra_an_install_line_names_is_one_the_package_provides():
     one it does not find is skipped with a warning only, so a misspelt extra leaves its packages out."""
     from importlib.metadata import metadata
 
-    from verlog.catalog import OPTIONAL_FAMILIES
+    from verlog.catalog import OPTIONAL_AGENT_TASKS, OPTIONAL_FAMILIES
 
     provided = set(metadata("verlog").get_all("Provides-Extra"))
     make_line = re.search(r'-e "\.\[([^\]]+)\]"', (ROOT / "Makefile").read_text()).group(1)
     named = set(make_line.split(","))
-    for _, install in OPTIONAL_FAMILIES.values():
+    for _, install in [*OPTIONAL_FAMILIES.values(), *OPTIONAL_AGENT_TASKS.values()]:
         named |= set(re.findall(r"verlog\[([^\]]+)\]", install))
     assert named - provided == set()
-    assert {"reasoning-gym", "textarena", "balrog"} <= named
+    assert {"reasoning-gym", "textarena", "balrog", "search"} <= named
 
 
 def test_gem_tasks_need_gem_and_the_reasoning_gym_it_imports(monkeypatch):
