@@ -380,6 +380,25 @@ class MinimalPPO:
                        episodes)
 
     # ---------------------------------------------------------------- update
+    def reply_logprobs(self, rows: torch.Tensor, positions: torch.Tensor, replies: torch.Tensor) -> torch.Tensor:
+        """Logprobs of the reply tokens under the actor (with grad).
+
+        Args:
+            rows: [B, S] long, prompt + reply, right-padded (no real token attends to a pad, so the
+                plain causal mask will do: no attention mask, no position ids).
+            positions: [B, R] long, the position whose output predicts reply token k (prompt length
+                - 1 + k; clamped into the row here).
+            replies: [B, R] long, the reply ids (padding slots: any id).
+
+        Returns:
+            [B, R] float32; padding slots hold arbitrary values. The LM head runs on the R
+            gathered positions only.
+        """
+        hidden = self.actor.model(input_ids=rows, use_cache=False).last_hidden_state
+        index = positions.clamp(max=rows.shape[1] - 1).unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+        logits = self.actor.lm_head(hidden.gather(1, index)).float()
+        return torch.log_softmax(logits, -1).gather(-1, replies.unsqueeze(-1)).squeeze(-1)
+
     def update(self, ro: Rollout, train_actor: bool) -> dict[str, float]:
         """``epochs`` x ``minibatches`` AdamW steps of the actor (unless ``train_actor`` is False) and the
         critic on the rollout's turns; returns the last step's losses."""
@@ -416,11 +435,7 @@ class MinimalPPO:
                 if train_actor:
                     for mi in micro:
                         width = int((plen[mi] + rlen[mi]).max())
-                        # right padding: no real token attends to a pad, so the plain causal mask will do
-                        hidden = self.actor.model(input_ids=rows[mi, :width], use_cache=False).last_hidden_state
-                        h = hidden.gather(1, positions[mi].clamp(max=width - 1).unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-                        logp = torch.log_softmax(self.actor.lm_head(h).float(), -1).gather(
-                            -1, resp[mi].unsqueeze(-1)).squeeze(-1)
+                        logp = self.reply_logprobs(rows[mi, :width], positions[mi], resp[mi])
                         loss = ppo_policy_loss(logp, old[mi], adv[mi].unsqueeze(1).expand(-1, R), mask[mi],
                                                cfg.clip_low, cfg.clip_high, cfg.dual_clip, n_tok)
                         loss.backward()
