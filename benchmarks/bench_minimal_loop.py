@@ -55,6 +55,7 @@ import argparse
 import copy
 import json
 import math
+import os
 import random
 import statistics
 import sys
@@ -659,7 +660,8 @@ def throughput(args: argparse.Namespace) -> int:
         + f", whole call {med([r['seconds'] for r in timed['A']]):.2f}; minimal loop rollout "
         f"{med([r['time/rollout'] for r in timed['B']]):.2f}, advantages + update "
         f"{med([r['time/update'] for r in timed['B']]):.2f}, whole {med([r['seconds'] for r in timed['B']]):.2f}")
-    print(f"reply tokens per turn (medians): Verlog {med([r['rollout/response_tokens_mean'] for r in timed['A']]):.2f}, "
+    print(f"reply tokens per turn (medians): Verlog "
+          f"{med([r['rollout/response_tokens_mean'] for r in timed['A']]):.2f}, "
           f"minimal loop {med([r['response_tokens_mean'] for r in timed['B']]):.2f}; {args.iterations} iteration(s) "
           f"per call; {threads_note(args.threads)}; {load_note()}")
     report(Result.of("P0", "minimal", f"Verlog {va:.1f} turns/s vs minimal loop {vb:.1f} turns/s",
@@ -669,6 +671,8 @@ def throughput(args: argparse.Namespace) -> int:
 
 def learning(args: argparse.Namespace) -> int:
     """Train Verlog's tiny recipe and the minimal loop for the same turns; print, save and plot both curves."""
+    from verlog.builders import base_model_path
+
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     overrides = [f"threads={args.threads}"]
@@ -681,7 +685,7 @@ def learning(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
         tic = time.perf_counter()
         a = VerlogSide(cfg)
-        base = Path(__import__("verlog.builders", fromlist=["base_model_path"]).base_model_path(cfg))
+        base = Path(base_model_path(cfg))
         try:
             for _ in range(iterations):
                 row = a.iteration()
@@ -717,7 +721,7 @@ def learning(args: argparse.Namespace) -> int:
         return statistics.fmean(vals) if vals else math.nan
 
     summary = {"turns": iterations * turns_per_iteration, "iterations": iterations, "threads": args.threads,
-               "load": list(round(x, 2) for x in __import__("os").getloadavg()),
+               "load": [round(x, 2) for x in os.getloadavg()],
                "seconds": {"verlog": round(seconds_a, 1), "minimal": round(seconds_b, 1)},
                "final_success_last5": {k: last(k, "success") for k in curves},
                "final_return_last5": {k: last(k, "return") for k in curves}, "curves": curves}
@@ -727,7 +731,8 @@ def learning(args: argparse.Namespace) -> int:
     print(f"learning at equal turns ({iterations} iterations, {iterations * turns_per_iteration} turns each): success "
           f"of the last 5 iterations Verlog {summary['final_success_last5']['verlog']:.3f}, minimal loop "
           f"{summary['final_success_last5']['minimal']:.3f}; return Verlog "
-          f"{summary['final_return_last5']['verlog']:+.3f}, minimal loop {summary['final_return_last5']['minimal']:+.3f}; "
+          f"{summary['final_return_last5']['verlog']:+.3f}, minimal loop "
+          f"{summary['final_return_last5']['minimal']:+.3f}; "
           f"wall-clock Verlog {seconds_a:.0f} s, minimal loop {seconds_b:.0f} s (warm-ups included); "
           f"{threads_note(args.threads)}; {load_note()}")
     print(f"curves: {out_dir / 'p0_learning.json'}, plot: {plot}")

@@ -47,8 +47,9 @@ def test_turn_gae_equals_verlogs_gae_with_one_token_per_turn():
         ends = torch.rand(T, N, generator=gen)
         terminated, truncated = ends < 0.2, (ends >= 0.2) & (ends < 0.35)
         adv, ret = P0.turn_gae(rewards, values, terminated, truncated, bootstrap, gamma=0.99, lam=0.95)
-        ref_adv, ref_ret = dual_discount_gae(rewards[..., None], values[..., None], torch.ones(T, N, 1, dtype=torch.bool),
-                                             terminated, truncated, bootstrap, 0.99, 0.95, 1.0, 1.0)
+        one_token = torch.ones(T, N, 1, dtype=torch.bool)
+        ref_adv, ref_ret = dual_discount_gae(rewards[..., None], values[..., None], one_token, terminated, truncated,
+                                             bootstrap, 0.99, 0.95, 1.0, 1.0)
         torch.testing.assert_close(adv, ref_adv[..., 0])
         torch.testing.assert_close(ret, ref_ret[..., 0])
 
