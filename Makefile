@@ -71,10 +71,11 @@ bench: $(STAMP)
 	done; \
 	$(BIN)/python benchmarks/table.py "$$res"
 
-# The framework-overhead benchmarks and the GAE benchmark in their smallest configuration (--quick): each
+# The end-to-end yardstick (P0), the framework-overhead benchmarks and the GAE benchmark in their smallest
+# configuration (--quick): each
 # must exit 0 and end with its result line (RESULT_LINE; bench_gae exits 1 when the batched GAE and the
 # scalar reference disagree). The figures are not checked: they depend on the machine and its load.
-QUICK_BENCH := bench_rollout bench_context bench_update bench_scaling bench_gae
+QUICK_BENCH := bench_minimal_loop bench_rollout bench_context bench_update bench_scaling bench_gae
 RESULT_LINE = ^[A-Za-z0-9/]+ [a-z]+: .+: ratio [0-9]+\.[0-9][0-9] \[[0-9]+\.[0-9][0-9]-[0-9]+\.[0-9][0-9], [0-9]+ pairs\] \(goal .+\)$$
 
 bench-quick: $(STAMP)

@@ -19,8 +19,9 @@ two sides run alternately, wrapped and bare, ``--pairs`` times (:mod:`envbench`)
 time are measured separately; each task's line gives steps/s over steps only (medians) and overhead =
 bare steps/s / wrapped steps/s per pair (the median and min-max), then the wrapper's MORE presses (extra
 env steps it makes, included in its time) and the resets (after the first) with their mean time in the
-last pair. The result is the median of all the tasks' per-pair overheads (goal <= 1.2x). Random
-actions in NetHack spend many steps in prompts and menus, where NLE's own step is very cheap.
+last pair. The result is the median of all the tasks' per-pair overheads (goal: <= 1.2x, or at most
+10 us added per step). Random actions in NetHack spend many steps in prompts and menus, where NLE's own
+step is very cheap.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             f"wrapped {wrap_resets} x {mean(wrap_reset, wrap_resets) * 1e3:.1f} ms]",
             flush=True,
         )
-    report(env_result("nethack", results, args.threads), args.json)
+    report(env_result("nethack", results, args.threads, args.steps), args.json)
     return 0
 
 

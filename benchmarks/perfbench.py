@@ -9,6 +9,10 @@ where the ratio is the median of the per-pair ratios (:mod:`paired`) and ``[min-
 spread; ``make bench-quick`` checks that format. With ``--json PATH`` (or the environment variable
 ``BENCH_JSON``) the same result is also written to PATH as one JSON object (:meth:`Result.to_json`).
 
+A result may carry a second, absolute goal beside its ratio (the env benchmarks: the microseconds the
+text layer adds per step, ``<= 10 us``); it then passes when either goal is met (:attr:`Result.passes`),
+and the line ends ``(goal <ratio goal> or <added goal> added: pass|FAIL)``.
+
 This module imports neither torch nor Verlog at import time, so that :func:`preset_threads` can run
 before torch is imported and ``table.py`` starts fast.
 """
@@ -153,6 +157,14 @@ def meets(value: float, op: str, target: float) -> bool:
     raise ValueError(f"goal operator {op!r}: expected '>=' or '<='")
 
 
+def passes(median: float, goal: str, added: float | None = None, added_goal: str | None = None) -> bool:
+    """Whether a median ratio meets ``goal``, or (where both are given) a median added cost meets
+    ``added_goal``: the looser of the two goals decides."""
+    if meets(median, *parse_goal(goal)):
+        return True
+    return added is not None and added_goal is not None and meets(added, *parse_goal(added_goal))
+
+
 # ---------------------------------------------------------------------------------------------- result
 @dataclass(frozen=True)
 class Result:
@@ -169,6 +181,9 @@ class Result:
         threads: the fixed thread count.
         load: the 1/5/15-minute load averages at the end.
         cpus: the machine's CPU count.
+        added: the per-pair absolute cost A adds over B per unit of work (e.g. microseconds per env
+            step), when the result has a second goal; else empty.
+        added_goal: that second goal (``"<= 10 us"``, :func:`parse_goal`), or None.
     """
 
     figure: str
@@ -183,19 +198,43 @@ class Result:
     threads: int
     load: tuple[float, float, float]
     cpus: int
+    added: tuple[float, ...] = ()
+    added_goal: str | None = None
 
     @classmethod
-    def of(cls, figure: str, name: str, what: str, goal: str, ratios: Sequence[float], threads: int) -> "Result":
-        """The result of the per-pair ``ratios``, with the machine's load now.
+    def of(cls, figure: str, name: str, what: str, goal: str, ratios: Sequence[float], threads: int,
+           added: Sequence[float] = (), added_goal: str | None = None) -> "Result":
+        """The result of the per-pair ``ratios``, with the machine's load now; ``added`` and
+        ``added_goal``: the per-pair absolute costs and their goal, for a result with a second goal.
 
         Raises:
-            ValueError: no ratios, or a goal :func:`parse_goal` cannot read.
+            ValueError: no ratios, a goal :func:`parse_goal` cannot read, or ``added`` without
+                ``added_goal`` (or the reverse) or with another count than ``ratios``.
         """
         if not ratios:
             raise ValueError(f"{figure}: no ratios")
         parse_goal(goal)
+        if (added_goal is None) != (not added):
+            raise ValueError(f"{figure}: added costs and their goal come together")
+        if added_goal is not None:
+            parse_goal(added_goal)
+            if len(added) != len(ratios):
+                raise ValueError(f"{figure}: {len(added)} added costs for {len(ratios)} ratios")
         return cls(figure, name, what, goal, tuple(ratios), statistics.median(ratios), min(ratios), max(ratios),
-                   len(ratios), threads, tuple(round(x, 2) for x in os.getloadavg()), os.cpu_count() or 0)
+                   len(ratios), threads, tuple(round(x, 2) for x in os.getloadavg()), os.cpu_count() or 0,
+                   tuple(added), added_goal)
+
+    @property
+    def added_spread(self) -> tuple[float, float, float] | None:
+        """(median, min, max) of the per-pair added costs, or None without a second goal."""
+        if not self.added:
+            return None
+        return statistics.median(self.added), min(self.added), max(self.added)
+
+    @property
+    def passes(self) -> bool:
+        """Whether the median ratio meets the goal, or the median added cost meets the second goal."""
+        return passes(self.median, self.goal, self.added_spread and self.added_spread[0], self.added_goal)
 
     @property
     def label(self) -> str:
@@ -203,16 +242,30 @@ class Result:
         return f"{self.figure} {self.name}"
 
     def line(self) -> str:
-        """The result line (:data:`RESULT_FORMAT`)."""
-        return RESULT_FORMAT.format(label=self.label, what=self.what, median=self.median, min=self.min,
-                                    max=self.max, pairs=self.pairs, goal=self.goal)
+        """The result line (:data:`RESULT_FORMAT`); with a second goal, the added cost's median and spread
+        follow the figures, and the goal says both and the verdict."""
+        what, goal = self.what, self.goal
+        if self.added_goal is not None:
+            median, lo, hi = self.added_spread
+            what = f"{what}; adds {median:.1f} us/step [{lo:.1f}-{hi:.1f}]"
+            goal = f"{goal} or {self.added_goal} added: {'pass' if self.passes else 'FAIL'}"
+        return RESULT_FORMAT.format(label=self.label, what=what, median=self.median, min=self.min,
+                                    max=self.max, pairs=self.pairs, goal=goal)
 
     def to_json(self) -> dict:
-        """The result as one JSON object: every attribute, and the goal as a comparison
-        ``{"op": ">=", "value": 0.9}`` beside its text."""
+        """The result as one JSON object: every attribute, the goal as a comparison
+        ``{"op": ">=", "value": 0.9}`` beside its text, and ``verdict`` (``"pass"`` or ``"FAIL"``); with a
+        second goal also ``added`` ({median, min, max, values}) and ``added_compare``."""
         op, value = parse_goal(self.goal)
-        return {**asdict(self), "ratios": list(self.ratios), "load": list(self.load),
-                "compare": {"op": op, "value": value}}
+        data = {**asdict(self), "ratios": list(self.ratios), "load": list(self.load),
+                "compare": {"op": op, "value": value}, "verdict": "pass" if self.passes else "FAIL"}
+        del data["added"], data["added_goal"]
+        if self.added_goal is not None:
+            median, lo, hi = self.added_spread
+            added_op, added_value = parse_goal(self.added_goal)
+            data.update(added={"median": median, "min": lo, "max": hi, "values": list(self.added)},
+                        added_goal=self.added_goal, added_compare={"op": added_op, "value": added_value})
+        return data
 
 
 def report(result: Result, json_path: Path | None) -> None:

@@ -199,7 +199,8 @@ def test_table_prints_one_row_per_result_sorted_by_figure(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("not a result")
     assert table.main([str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["figure", "goal", "median", "spread", "(min-max)", "pairs", "verdict"]
+    assert lines[0].split() == ["figure", "goal", "median", "spread", "(min-max)", "pairs", "verdict", "added",
+                                "(min-max)"]
     assert [line.split()[0] for line in lines[1:]] == ["P1", "P3", "env/babyai"]
     assert lines[1].split()[2:] == [">=", "0.90", "0.97", "0.95-0.99", "3", "pass"]
     assert lines[2].split()[-4:] == ["131.00", "120.00-150.00", "3", "pass"]
@@ -232,3 +233,66 @@ def test_a_missing_or_malformed_file_gives_one_line_naming_it(tmp_path, capsys, 
 def test_a_directory_without_results_is_an_error(tmp_path, capsys):
     assert table.main([str(tmp_path)]) == 1
     assert "no *.json results" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- second goal
+def env_times(wrapped_us: list[float], bare_us: list[float], steps: int) -> paired.PairedTimes:
+    """Paired seconds of ``steps`` steps at the given microseconds per step, pair by pair."""
+    return paired.PairedTimes([us * steps / 1e6 for us in wrapped_us], [us * steps / 1e6 for us in bare_us])
+
+
+@pytest.mark.parametrize("wrapped, bare, verdict", [
+    ([26.0, 27.0, 26.5], [9.0, 9.0, 9.0], "FAIL"),    # ~2.9x and ~17.5 us added: neither goal
+    ([18.0, 19.0, 18.5], [9.0, 9.0, 9.0], "pass"),    # ~2.1x but 9.5 us added: the absolute goal
+    ([110.0, 115.0, 118.0], [100.0, 100.0, 100.0], "pass"),  # 15 us added but 1.15x: the ratio goal
+    ([140.0, 140.0, 140.0], [100.0, 100.0, 100.0], "FAIL"),  # 40 us and 1.4x
+])
+def test_env_result_passes_when_either_the_added_microseconds_or_the_ratio_meet_their_goal(
+        tmp_path, capsys, wrapped, bare, verdict):
+    import envbench
+
+    steps = 2000
+    times = env_times(wrapped, bare, steps)
+    assert envbench.added_us(times, steps) == pytest.approx([w - b for w, b in zip(wrapped, bare)])
+    result = envbench.env_result("babaisai", {"goto_win": times}, threads=1, steps=steps)
+    assert result.added == pytest.approx([w - b for w, b in zip(wrapped, bare)])
+    assert result.passes == (verdict == "pass")
+    line = result.line()
+    assert makefile_result_regex().match(line)
+    assert line.endswith(f"(goal <= 1.20x or <= 10 us added: {verdict})")
+    assert "adds " in line and " us/step [" in line
+    perfbench.report(result, tmp_path / "env.json")
+    data = json.loads((tmp_path / "env.json").read_text())
+    assert data["verdict"] == verdict
+    assert data["added_compare"] == {"op": "<=", "value": 10.0} and data["added_goal"] == "<= 10 us"
+    assert data["added"]["median"] == pytest.approx(sorted(w - b for w, b in zip(wrapped, bare))[1])
+    assert table.verdict(table.read_result(tmp_path / "env.json")) == verdict
+    assert table.main([str(tmp_path / "env.json")]) == 0
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert "<= 1.20x or <= 10 us added" in row and f" {verdict} " in row and row.split()[-2].startswith("+")
+
+
+def test_env_result_pools_tasks_each_with_its_own_step_count():
+    import envbench
+
+    short, long = env_times([20.0], [10.0], 100), env_times([13.0], [10.0], 400)
+    result = envbench.env_result("textworld", {"a": short, "b": long}, threads=1, steps={"a": 100, "b": 400})
+    assert result.added == pytest.approx([10.0, 3.0]) and result.pairs == 2
+
+
+def test_added_costs_need_their_goal_and_one_per_pair():
+    with pytest.raises(ValueError, match="together"):
+        perfbench.Result.of("env/x", "wrapper", "w", "<= 1.2x", [1.0], threads=1, added=[1.0])
+    with pytest.raises(ValueError, match="added costs for"):
+        perfbench.Result.of("env/x", "wrapper", "w", "<= 1.2x", [1.0, 2.0], threads=1, added=[1.0],
+                            added_goal="<= 10 us")
+
+
+def test_a_result_with_a_malformed_second_goal_is_an_error(tmp_path, capsys):
+    result = perfbench.Result.of("env/x", "wrapper", "w", "<= 1.2x", [1.5], threads=1, added=[5.0],
+                                 added_goal="<= 10 us")
+    data = result.to_json()
+    data["added_compare"] = {"op": "~", "value": 10}
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    assert table.main([str(tmp_path / "r.json")]) == 1
+    assert "'added_compare'" in capsys.readouterr().err

@@ -64,3 +64,16 @@ def test_seeded_sampling_gives_each_turn_its_own_seed(tokenizer):
              lambda: WindowMemory(tokenizer, history_turns=0), task=COUNT_TASK, episodes=1, seed=0, num_envs=1,
              sampling=SamplingParams(max_tokens=8, seed=500), env_kwargs={"max_steps": 3})
     assert engine.seeds == [500, 501, 502]
+
+
+def test_the_return_has_its_standard_error_beside_its_mean():
+    """A game paid by a share (e.g. hands won) is judged on its return: its SE comes with the mean."""
+    from verlog.evaluate import EvalResult
+    from verlog.rollout.records import EpisodeRecord
+
+    records = [EpisodeRecord(episode_id=i, env_index=0, episode_return=r, length=5, success=False, progression=0.0,
+                             invalid_actions=0, truncated=False, task="") for i, r in enumerate([0.2, 0.4, 0.6, 0.0])]
+    result = EvalResult.from_records("a/x", records, greedy=True)
+    assert result.return_mean == pytest.approx(0.3)
+    assert result.return_se == pytest.approx(math.sqrt(0.05 / 4))  # population variance of the four returns: 0.05
+    assert result.summary()["return_se"] == result.return_se

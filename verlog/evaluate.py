@@ -112,7 +112,7 @@ def mean_and_se(xs: Sequence[float]) -> tuple[float, float]:
 class EvalResult:
     """Outcome of the evaluation of one task.
 
-    ``success_se`` and ``progression_se`` are BALROG's standard errors: population std / sqrt(n).
+    ``success_se``, ``progression_se`` and ``return_se`` are BALROG's standard errors: population std / sqrt(n).
     ``per_task`` breaks a task mixture's episodes down by the task each one drew (task name ->
     ``episodes``, ``success_mean``, ``success_se``, ``progression_mean``, ``progression_se``, in order
     of first appearance); it is empty when every episode ran ``task`` itself.
@@ -126,6 +126,7 @@ class EvalResult:
     progression_mean: float
     progression_se: float
     return_mean: float
+    return_se: float
     length_mean: float
     invalid_action_rate: float
     per_task: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -143,6 +144,7 @@ class EvalResult:
             raise ValueError(f"no episodes to aggregate for {task!r}")
         success_m, success_se = mean_and_se([float(r.success) for r in records])
         prog_m, prog_se = mean_and_se([r.progression for r in records])
+        return_m, return_se = mean_and_se([r.episode_return for r in records])
         steps = sum(r.length for r in records)
         by_task: dict[str, list[EpisodeRecord]] = {}
         for r in records:
@@ -157,7 +159,7 @@ class EvalResult:
         return cls(
             task=task, episodes=len(records), greedy=greedy,
             success_mean=success_m, success_se=success_se, progression_mean=prog_m, progression_se=prog_se,
-            return_mean=sum(r.episode_return for r in records) / len(records),
+            return_mean=return_m, return_se=return_se,
             length_mean=steps / len(records),
             invalid_action_rate=sum(r.invalid_actions for r in records) / max(steps, 1),
             per_task=per_task, per_episode=records,

@@ -145,6 +145,17 @@ class TextEnv(gymnasium.Env, ABC):
 
     metadata = {"render_modes": []}
 
+    # Whether the class keeps the base ``valid_actions`` (its actions are ``fixed_actions``) and the
+    # base ``success`` (``progression >= 1``): the per-step parse and info then skip a property call
+    # and a list copy each (set for every subclass by ``__init_subclass__``).
+    _base_valid_actions = True
+    _base_success = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._base_valid_actions = cls.valid_actions is TextEnv.valid_actions
+        cls._base_success = cls.success is TextEnv.success
+
     def __init__(self, *, max_steps: int | None = None, format_penalty: float = 0.0) -> None:
         if max_steps is not None:
             if isinstance(max_steps, bool) or not isinstance(max_steps, int):
@@ -220,7 +231,7 @@ class TextEnv(gymnasium.Env, ABC):
         action after the last ``ACTION:``, tolerant of case and punctuation). Games with free-text
         actions override it; whatever it returns is passed to ``_step_game`` as is.
         """
-        return extract_action(reply, self.valid_actions)
+        return extract_action(reply, self.fixed_actions if self._base_valid_actions else self.valid_actions)
 
     @property
     def context(self) -> str:
@@ -333,9 +344,9 @@ class TextEnv(gymnasium.Env, ABC):
         return {  # the game's keys first, then ours in INFO_KEYS order
             **game_info,
             "instruction": self.instruction,
-            "valid_actions": list(self.valid_actions),
+            "valid_actions": list(self.fixed_actions if self._base_valid_actions else self.valid_actions),
             "progression": progression,
-            "success": bool(self.success),
+            "success": progression >= 1.0 if self._base_success else bool(self.success),
             "episode_step": self._episode_step,
             "action": action,
             "action_valid": action_valid,

@@ -20,7 +20,9 @@ The *key* of a text is its NFKC-normalised, case-folded alphanumeric characters 
 punctuation, underscores/hyphens vs spaces and missing spaces (``turnleft``) do not matter.
 
 Only a window of the text after the marker is examined (a few times the longest action's length), so
-the cost is linear in the reply length with a small constant. :func:`extract_action` never raises on
+the cost is linear in the reply length with a small constant. Short replies (``ACTION: up``, what a
+trained agent mostly sends) are remembered per action set with what they gave, so a repeated one costs
+a dict lookup. :func:`extract_action` never raises on
 any ``str`` reply; it raises only for a bad ``valid_actions`` argument (a programming error).
 """
 
@@ -44,6 +46,10 @@ _LEADING_DECORATION = re.compile(r"[\W_]*")
 # How many characters after the decoration are examined, per character of the longest action.
 _WINDOW_FACTOR = 4
 _WINDOW_SLACK = 16
+# Replies up to this many characters are remembered (per action set), up to this many of them.
+_MEMO_MAX_CHARS = 64
+_MEMO_SIZE = 4096
+_UNSEEN = object()
 
 
 def action_key(text: str) -> str:
@@ -79,6 +85,7 @@ class _ActionTable(NamedTuple):
     keys: tuple[str, ...]  # keys, longest first
     max_len: int  # length of the longest key
     ascii_prefix: re.Pattern[str]  # the prefix rule of :func:`_match_prefix` on an ASCII window
+    memo: dict[str, str | None]  # short reply -> what :func:`_extract` gave for it
 
 
 def _ascii_prefix_pattern(keys: tuple[str, ...]) -> re.Pattern[str]:
@@ -118,7 +125,7 @@ def _action_table(valid_actions: tuple[str, ...]) -> _ActionTable:
             )
         table[key] = action
     keys = tuple(sorted(table, key=len, reverse=True))
-    return _ActionTable(table, keys, len(keys[0]), _ascii_prefix_pattern(keys))
+    return _ActionTable(table, keys, len(keys[0]), _ascii_prefix_pattern(keys), {})
 
 
 def _match_prefix(text: str, actions: _ActionTable) -> str | None:
@@ -173,6 +180,19 @@ def extract_action(reply: str, valid_actions: Sequence[str]) -> str | None:
     if isinstance(valid_actions, str):
         raise TypeError("valid_actions must be a sequence of action strings, not a single str")
     actions = _action_table(tuple(valid_actions))
+    if len(reply) > _MEMO_MAX_CHARS or type(reply) is not str:  # a str subclass may compare otherwise
+        return _extract(reply, actions)
+    memo = actions.memo
+    found = memo.get(reply, _UNSEEN)
+    if found is _UNSEEN:
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()
+        found = memo[reply] = _extract(reply, actions)
+    return found
+
+
+def _extract(reply: str, actions: _ActionTable) -> str | None:
+    """The action of ``reply`` among ``actions`` (the rule of the module docstring), or ``None``."""
     answer = after_last_marker(reply)
     if answer is not None:
         return _match_prefix(answer, actions)

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from verlog.envs.babaisai.levels import BABAISAI_LEVELS, generate_level
-from verlog.envs.babaisai.items import KIND_MASK, OBJECT_NAMES, PROPERTY_NAMES, item_code, item_name
+from verlog.envs.babaisai.items import KIND_MASK, OBJECT_NAMES, PROPERTY_NAMES, YOU, item_code, item_name
 from verlog.envs.babaisai.rules import ACTIONS, LOSE, WIN, BabaGame
 from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.options import instruction_builder
@@ -83,9 +83,11 @@ LOST_NOTICE = "Nothing is YOU any more: you lost."
 _OFFSETS: dict[tuple[int, int], str] = {}
 #: (code, dx, dy) -> the object's line, newline first (``"\nkey 1 step to the right"``).
 _LINES: dict[tuple[int, int, int], str] = {}
-#: (board width, cell count) -> ``(x, y)`` of every cell index.
-_COORDS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+#: (board width, cell count, player x, player y) -> {cell index << 8 | top item code: its line}.
+_LINE_TABLES: dict[tuple[int, int, int, int], dict[int, str]] = {}
 _BABA = item_code("baba") & KIND_MASK
+#: Observations an env keeps per episode (:meth:`BabaIsAITextEnv.describe`) before it starts afresh.
+TEXT_CACHE_SIZE = 4096
 
 
 def offset_text(dx: int, dy: int) -> str:
@@ -115,12 +117,39 @@ def _object_line(code: int, dx: int, dy: int) -> str:
     return line
 
 
-def _cell_coords(width: int, size: int) -> tuple[tuple[int, int], ...]:
-    """``(x, y)`` of each of the ``size`` cell indices of a board ``width`` cells wide (cached)."""
-    coords = _COORDS.get((width, size))
-    if coords is None:
-        coords = _COORDS[(width, size)] = tuple((idx % width, idx // width) for idx in range(size))
-    return coords
+def _line_table(width: int, size: int, px: int, py: int) -> dict[int, str]:
+    """The lines of a board ``width`` cells wide with ``size`` cells seen from the player at
+    ``(px, py)``, keyed ``cell index << 8 | top item code`` (item codes are < 256): filled lazily by
+    :func:`_fill_lines`, shared by every board of that size (cached per player position)."""
+    table = _LINE_TABLES.get((width, size, px, py))
+    if table is None:
+        table = _LINE_TABLES[(width, size, px, py)] = {}
+    return table
+
+
+def _fill_lines(table: dict[int, str], keys: list[int], width: int, px: int, py: int) -> list[str]:
+    """The lines of ``keys`` (see :func:`_line_table`), adding the missing ones to ``table``: a
+    ``baba`` object's line is empty (BALROG never lists baba), any other item's is
+    :func:`_object_line` of its offset from ``(px, py)``."""
+    lines = []
+    for key in keys:
+        line = table.get(key)
+        if line is None:
+            idx, code = key >> 8, key & 255
+            line = "" if code & KIND_MASK == _BABA else _object_line(code, idx % width - px, idx // width - py)
+            table[key] = line
+        lines.append(line)
+    return lines
+
+
+@functools.lru_cache(maxsize=1024)
+def _you_kind(sentences: tuple[tuple[str, str], ...]) -> int | None:
+    """The object kind named by the last ``X is you`` sentence, or ``None`` (no such sentence)."""
+    you = None
+    for noun, predicate in sentences:
+        if predicate == "you":
+            you = noun
+    return None if you is None or you not in OBJECT_NAMES else item_code(you) & KIND_MASK
 
 
 @functools.lru_cache(maxsize=1024)
@@ -132,17 +161,21 @@ def _rules_header(sentences: tuple[tuple[str, str], ...]) -> str:
 
 def balrog_player(game: BabaGame) -> tuple[int, int] | None:
     """The cell BALROG measures offsets from: the first cell (row-major) whose top item is an object
-    of the kind named by the last ``X is you`` sentence; ``None`` if there is no such cell."""
-    you = None
-    for noun, predicate in game.sentences:
-        if predicate == "you":
-            you = noun
-    if you is None or you not in OBJECT_NAMES:
+    of the kind named by the last ``X is you`` sentence; ``None`` if there is no such cell.
+
+    That sentence makes its kind YOU, so the cell is among the engine's YOU cells (row-major, kept
+    between moves), a list of one or two cells where the full scan visits them all (the scan stays
+    as a safeguard for a kind the rules do not make YOU).
+    """
+    kind = _you_kind(game.sentences)
+    if kind is None:
         return None
-    kind = item_code(you) & KIND_MASK
-    for idx, cell in enumerate(game.cells):
+    cells, width = game.cells, game.width
+    scan = game._you_cells() if game._props[kind] & YOU else enumerate(cells)
+    for idx, _ in scan:
+        cell = cells[idx]
         if cell and cell[-1] & KIND_MASK == kind:
-            return idx % game.width, idx // game.width
+            return idx % width, idx // width
     return None
 
 
@@ -166,21 +199,17 @@ def describe_game(game: BabaGame, anchor: tuple[int, int] | None = None) -> str:
         lost = you is None
         player = anchor if anchor is not None and lost else (you[:2] if you is not None else (1, 1))
     px, py = player
-    cells = game.cells
-    coords = _cell_coords(game.width, len(cells))
-    parts = [_rules_header(game.sentences), "\n"]
-    append, lines = parts.append, _LINES
-    # Only the non-empty cells, in row-major order (compress skips the empty tuples at C speed).
-    for idx in compress(range(len(cells)), cells):
-        code = cells[idx][-1]
-        if code & KIND_MASK == _BABA:
-            continue
-        x, y = coords[idx]
-        dx, dy = x - px, y - py
-        append(lines.get((code, dx, dy)) or _object_line(code, dx, dy))
-    if len(parts) > 2:
-        parts[1] = ""  # the first object line brings its own newline
-    text = "".join(parts)
+    cells, width = game.cells, game.width
+    size = len(cells)
+    table = _line_table(width, size, px, py)
+    # The top item of every non-empty cell, in row-major order (compress skips the empty tuples at C
+    # speed); baba's lines are empty, so the join leaves them out.
+    keys = [idx << 8 | cells[idx][-1] for idx in compress(range(size), cells)]
+    lines = [table.get(key) for key in keys]
+    if None in lines:
+        lines = _fill_lines(table, keys, width, px, py)
+    # With no object listed the header ends with a newline; else the first line brings its own.
+    text = _rules_header(game.sentences) + ("".join(lines) or "\n")
     return text if not lost else f"{LOST_NOTICE}\n{text}"
 
 
@@ -274,6 +303,9 @@ class BabaIsAITextEnv(TextEnv):
         self._outcome = ""
         self._anchor: tuple[int, int] | None = None
         self._level_rng: np.random.RandomState | None = None
+        # This episode's texts by board (see describe), and the game they were read from.
+        self._texts: dict[tuple, str] = {}
+        self._texts_game: BabaGame | None = None
 
     #: ``("idle", "up", "right", "down", "left")`` (BALROG's order).
     fixed_actions = ACTIONS
@@ -292,12 +324,24 @@ class BabaIsAITextEnv(TextEnv):
         return require_episode(self.game).state_key
 
     def describe(self) -> str:
-        """The text observation of the current state (no notice line)."""
+        """The text observation of the current state (no notice line).
+
+        While something is YOU the text is a function of the board alone (its cells and the
+        sentences read from them), so the episode's texts are kept by board: a random walk comes
+        back to a board it has seen on most steps (idle moves, moves into walls, back and forth).
+        """
         game = require_episode(self.game)
         player = game.player()
-        if player is not None:
-            self._anchor = player[:2]
-        return describe_game(game, self._anchor)
+        if player is None:
+            return describe_game(game, self._anchor)
+        self._anchor = player[:2]
+        if game is not self._texts_game or len(self._texts) >= TEXT_CACHE_SIZE:
+            self._texts, self._texts_game = {}, game
+        key = (tuple(game.cells), game.sentences)
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = describe_game(game)
+        return text
 
     def _extra_info(self) -> dict[str, Any]:
         return {"target_plan": self.target_plan, "outcome": self._outcome}
