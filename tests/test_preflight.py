@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
                                                "import path package.module:Name, got 'babyai/nonexistent'"),
     ("tiny", ["env.task=nofamily"], "env.task: expected a registered environment"),
     ("tiny", ["agent.credit=all"], "agent.credit: expected one of final, discounted, gae, got 'all'"),
-    ("calculator_tools", ["agent.task=chess"], "agent.task: expected one of calculator or an import path "
+    ("calculator_tools", ["agent.task=chess"], "agent.task: expected one of calculator, search or an import path "
                                                "package.module:Class, got 'chess'"),
     ("calculator_proxy", ["agent.agent=verlog.nothing:here"], "agent.agent: cannot load 'verlog.nothing:here'"),
     ("calculator_proxy", ["agent.agent=no_colon"], "agent.agent: expected 'module:function', got 'no_colon'"),
