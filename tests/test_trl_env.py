@@ -334,7 +334,7 @@ def test_warmup_scripts_and_corpus_come_from_the_class(task, tok):
     ([f"agent.task={TASK}", "agent.loop=proxy"], f"agent.task: an environment class ({TASK}) runs with "
                                                  "agent.loop=tools, not proxy"),
     ([f"agent.dataset={ROWS}"], "agent.dataset: rows are for an agent.task given as a class"),
-    (["agent.task=chess"], "agent.task: expected one of calculator or an import path package.module:Class, got"),
+    (["agent.task=chess"], "agent.task: expected one of calculator, search or an import path package.module:Class, got"),
 ])
 def test_preflight_refuses_with_one_line_naming_the_key(overrides, message):
     cfg = load_recipe("calculator_tools", overrides)  # the values alone are valid
