@@ -4,7 +4,7 @@ streams every request with an ``X-Session-ID`` on one base URL; the taskset's ``
 each reply and the reward is posted to ``/reward``; the recorded sessions become a training batch.
 
 The virtualenv lives in ``.cache/verifiers-0.4.0`` (gitignored) and is built once, only when
-``VERLOG_BUILD_VERIFIERS=1`` (building it took tens of minutes on the loaded 2-core machine); without
+``VERLOG_BUILD_VERIFIERS=1`` (building it took 75 minutes on the loaded 2-core machine); without
 it, or with ``VERLOG_VERIFIERS_PYTHON`` naming another venv's python, the test skips with one line.
 """
 
