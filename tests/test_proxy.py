@@ -182,7 +182,9 @@ def test_url_tags_separate_rollouts_and_attempts_and_reward_endpoint(tok):
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0]"),
     ({"messages": QUESTION, "n": 2}, "n"),
-    ({"messages": QUESTION, "stream": True}, "stream"),
+    ({"messages": QUESTION, "stream": "yes"}, "stream"),
+    ({"messages": QUESTION, "stream": True, "stream_options": [1]}, "stream_options"),
+    ({"messages": QUESTION, "stream": True, "stream_options": {"include_usage": 1}}, "stream_options"),
     ({"messages": QUESTION, "max_tokens": 0}, "max_tokens"),
     ({"messages": QUESTION, "temperature": 3}, "temperature"),
     ({"messages": QUESTION, "top_p": 0}, "top_p"),
@@ -540,3 +542,176 @@ def test_requests_beyond_max_pending_get_503_at_once(tok):
     assert proxy.refused == 1 and proxy.admitted == 0 and proxy.recorder.num_calls() == 3
     with pytest.raises(ValueError, match="max_pending"):
         OpenAIProxy(Echo(tok.eos_token_id), tok, max_pending=0)
+
+
+def _streamed(chunks):
+    """The content, reasoning, tool calls (index -> [id, name, arguments]), finish reason and usage read
+    back from a list of openai ``ChatCompletionChunk`` objects, as a client reassembles them."""
+    content, reasoning, calls, finish, usage = "", "", {}, None, None
+    for chunk in chunks:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            delta = choice.delta
+            content += delta.content or ""
+            reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
+            for call in delta.tool_calls or []:
+                entry = calls.setdefault(call.index, ["", "", ""])
+                entry[0] += call.id or ""
+                entry[1] += (call.function.name or "") if call.function else ""
+                entry[2] += (call.function.arguments or "") if call.function else ""
+            finish = choice.finish_reason or finish
+    return content, reasoning, calls, finish, usage
+
+
+def test_streamed_completion_equals_non_streamed_with_the_tiny_model(model_dir, tok):
+    """Same request greedy, then sampled with one seed: the streamed reply reassembles to the
+    non-streamed one, the usage chunk matches, and both turns are recorded with the same ids."""
+    openai = pytest.importorskip("openai")
+    from verlog.rollout.hf import HFEngine
+
+    proxy = OpenAIProxy(HFEngine(model_dir, tok, seed=0), tok)
+    messages = [{"role": "user", "content": "What is 3 + 4?"}]
+    settings = [{"temperature": 0}, {"temperature": 1.0, "seed": 11}]
+
+    async def main():
+        out = []
+        async with client(proxy) as http:
+            api = openai.AsyncOpenAI(base_url="http://proxy" + url("s", 0, "v1"), api_key="none", http_client=http)
+            for extra in settings:
+                whole = await api.chat.completions.create(model="tiny", messages=messages, max_tokens=40, **extra)
+                stream = await api.chat.completions.create(model="tiny", messages=messages, max_tokens=40, stream=True,
+                                                           stream_options={"include_usage": True}, **extra)
+                out.append((whole, [chunk async for chunk in stream]))
+        return out
+
+    runs = asyncio.run(main())
+    calls = proxy.recorder.get("s", "0").calls
+    texts = ""
+    for k, (whole, chunks) in enumerate(runs):
+        content, reasoning, tool_calls, finish, usage = _streamed(chunks)
+        message = whole.choices[0].message
+        assert content == (message.content or "") and finish == whole.choices[0].finish_reason
+        assert reasoning == ((message.model_extra or {}).get("reasoning_content") or "")
+        assert [(name, args) for _, name, args in tool_calls.values()] == \
+            [(c.function.name, c.function.arguments) for c in message.tool_calls or []]
+        texts += content + reasoning
+        assert chunks[0].choices[0].delta.role == "assistant" and chunks[-1].choices == []
+        assert usage.model_dump() == whole.usage.model_dump()
+        assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
+        first, second = calls[2 * k], calls[2 * k + 1]
+        assert second.response_ids == first.response_ids and second.prompt_ids == first.prompt_ids
+        assert second.logprobs == pytest.approx(first.logprobs, abs=1e-5)
+        assert usage.completion_tokens == len(second.response_ids) and usage.prompt_tokens == len(second.prompt_ids)
+    assert texts  # something was streamed
+    assert proxy.admitted == 0 and proxy.abandoned == 0
+
+
+def test_streamed_tool_calls_and_reasoning_rebuild_the_reply(tok):
+    """A reply with reasoning and a tool call streams OpenAI's way (the call opened with id and name,
+    its arguments in pieces) and reassembles to the non-streamed message; without include_usage no
+    usage chunk is sent; the raw stream ends with [DONE]."""
+    openai = pytest.importorskip("openai")
+    engine = Scripted(tok, [CALL, CALL, CALL])
+    proxy = OpenAIProxy(engine, tok)
+
+    async def main():
+        async with client(proxy) as http:
+            api = openai.AsyncOpenAI(base_url="http://proxy" + url("t", 0, "v1"), api_key="none", http_client=http)
+            whole = await api.chat.completions.create(model="tiny", messages=QUESTION, tools=TOOLS)
+            stream = await api.chat.completions.create(model="tiny", messages=QUESTION, tools=TOOLS, stream=True)
+            chunks = [chunk async for chunk in stream]
+            raw = await http.post(url("t", 0), json={"messages": QUESTION, "tools": TOOLS, "stream": True})
+            return whole, chunks, raw
+
+    whole, chunks, raw = asyncio.run(main())
+    content, reasoning, calls, finish, usage = _streamed(chunks)
+    message = whole.choices[0].message
+    assert content == "" and message.content is None and usage is None
+    assert reasoning == message.model_extra["reasoning_content"] == "add them"
+    assert finish == whole.choices[0].finish_reason == "tool_calls"
+    (call_id, name, arguments), = calls.values()
+    assert call_id.startswith("call_") and name == message.tool_calls[0].function.name == "calculate"
+    assert json.loads(arguments) == json.loads(message.tool_calls[0].function.arguments)
+    assert raw.headers["content-type"].startswith("text/event-stream")
+    events = [line for line in raw.text.split("\n\n") if line]
+    assert events[-1] == "data: [DONE]" and all(e.startswith("data: ") for e in events)
+    assert len(proxy.recorder.get("t", "0").calls) == 3
+
+
+def _asgi_stream(app, body, leave_after):
+    """Drive ``app`` with one POST of ``body`` as an ASGI server would (spec 2.3), the client leaving
+    after ``leave_after`` body chunks: returns the messages sent."""
+    sent, left = [], asyncio.Event()
+    payload = json.dumps(body).encode()
+    state = {"read": False}
+
+    async def receive():
+        if not state["read"]:
+            state["read"] = True
+            return {"type": "http.request", "body": payload, "more_body": False}
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+        if message["type"] == "http.response.body" and message.get("body"):
+            if sum(m["type"] == "http.response.body" for m in sent) >= leave_after:
+                left.set()
+                await asyncio.sleep(0.05)  # the server notices before it sends more
+
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": url("d", 0), "raw_path": url("d", 0).encode(),
+             "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
+             "client": ("127.0.0.1", 1), "server": ("proxy", 80)}
+    asyncio.run(app(scope, receive, send))
+    return sent
+
+
+def test_client_leaving_mid_stream_frees_the_slot_records_nothing_and_is_counted(tok):
+    engine = Scripted(tok, ["a long answer " * 20])  # many content chunks
+    proxy = OpenAIProxy(engine, tok)
+    app = create_app(proxy)
+    body = {"messages": QUESTION, "stream": True, "max_tokens": 200}
+    sent = _asgi_stream(app, body, leave_after=2)
+    chunks = [m for m in sent if m["type"] == "http.response.body" and m.get("body")]
+    assert sent[0]["status"] == 200 and 2 <= len(chunks) < 8
+    assert b"[DONE]" not in b"".join(m["body"] for m in chunks)
+    assert proxy.abandoned == 1 and proxy.admitted == 0 and proxy.recorder.keys() == []
+    sent = _asgi_stream(app, body, leave_after=10_000)  # a client that stays gets all and is recorded
+    assert sent[-2]["body"] == b"data: [DONE]\n\n" and sent[-1] == {"type": "http.response.body", "body": b"",
+                                                                     "more_body": False}
+    assert proxy.abandoned == 1 and proxy.admitted == 0 and len(proxy.recorder.get("d", "0").calls) == 1
+
+
+def test_session_header_routes_episodes_on_one_base_url_and_rewards(tok):
+    openai = pytest.importorskip("openai")
+    proxy = OpenAIProxy(Echo(tok.eos_token_id), tok)
+
+    async def main():
+        async with client(proxy) as http:
+            api = openai.AsyncOpenAI(base_url="http://proxy/v1", api_key="none", http_client=http)
+            for k, session in enumerate(["ep-1", "ep-2", "ep-1"]):
+                await api.chat.completions.create(model="m", messages=[{"role": "user", "content": f"go {k}"}],
+                                                  extra_headers={"X-Session-ID": session}, stream=k == 2)
+            ok = await http.post("/reward", json={"reward": 0.5}, headers={"X-Session-ID": "ep-1"})
+            bad = {}
+            for name, headers in [("missing", {}), ("long", {"X-Session-ID": "x" * 129}),
+                                  ("chars", {"X-Session-ID": "a b\\c"}),
+                                  ("twice", [("X-Session-ID", "a"), ("X-Session-ID", "b")])]:
+                bad[name] = (await http.post("/v1/chat/completions", headers=headers, json={"messages": QUESTION}),
+                             await http.post("/reward", headers=headers, json={"reward": 1}))
+            return ok, bad
+
+    ok, bad = asyncio.run(main())
+    assert ok.status_code == 200 and ok.json() == {"rollout_id": "ep-1", "attempt": "0", "reward": 0.5}
+    one = proxy.recorder.get("ep-1", "0")
+    assert [c.messages[0]["content"] for c in one.calls] == ["go 0", "go 2"] and one.reward == 0.5
+    assert [c.messages[0]["content"] for c in proxy.recorder.get("ep-2", "0").calls] == ["go 1"]
+    for name, responses in bad.items():
+        for r in responses:
+            assert r.status_code == 400, name
+            error = r.json()["error"]
+            assert error["param"] == "X-Session-ID" and "\n" not in error["message"], name
+    assert "at most 128" in bad["long"][0].json()["error"]["message"]
+    assert sorted(proxy.recorder.keys()) == [("ep-1", "0"), ("ep-2", "0")]

@@ -7,8 +7,16 @@ through the :class:`~verlog.proxy.worker.GenerationWorker`, parses ``<think>`` a
 decoded for the agent only: the recorded response ids are the engine's, never re-tokenised.
 ``POST /rollout/{rollout_id}/attempt/{attempt}/reward`` stores ``{"reward": float}``.
 
+A request with ``"stream": true`` gets the same reply as server-sent ``chat.completion.chunk`` events
+(:mod:`verlog.proxy.streaming`), generated in full first and recorded once every chunk is sent.
+
+Clients that keep one base URL for every episode use ``/v1/chat/completions`` with an
+``X-Session-ID`` header: the calls of one session id are recorded as rollout ``<session id>``,
+attempt ``0``, and ``POST /reward`` with the same header stores its reward.
+
 Overload and abandonment: a request whose client disconnects is cancelled (its generation is dropped
-by the worker, at the next chunk boundary when generation is chunked); at most ``max_pending``
+by the worker, at the next chunk boundary when generation is chunked; a stream left before its end
+is not recorded); at most ``max_pending``
 requests are served or queued at once, and one more gets HTTP 503 with a one-line error at once
 instead of waiting behind them.
 """
@@ -16,22 +24,25 @@ instead of waiting behind them.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from verlog.chat.parsing import parse_reply, reasoning_text
 from verlog.chat.renderer import ChatRenderer
 from verlog.proxy.gate import PauseGate
-from verlog.proxy.openai_format import (ProxyRequestError, completion_response, error_body, parse_body,
+from verlog.proxy.openai_format import (ChatRequest, ProxyRequestError, completion_response, error_body, parse_body,
                                        parse_chat_request)
 from verlog.proxy.recorder import CallRecord, ProxyRecorder
+from verlog.proxy.streaming import DONE_EVENT, completion_chunks, sse_event
 from verlog.proxy.worker import GenerationWorker
 
-__all__ = ["OpenAIProxy", "create_app"]
+__all__ = ["MAX_SESSION_CHARS", "SESSION_HEADER", "OpenAIProxy", "Turn", "TurnStream", "create_app", "session_id"]
 
 class OpenAIProxy:
     """Serves chat completions from a rollout engine and records every call.
@@ -81,13 +92,25 @@ class OpenAIProxy:
         return self.gate.paused()
 
     async def chat_completion(self, rollout_id: str, attempt: str, body: Any) -> dict[str, Any]:
-        """Serve and record one request.
+        """Serve and record one request; returns the chat-completion object.
 
         Raises:
             ProxyRequestError: a bad request, a template that cannot render it, or an engine
                 ValueError (e.g. a prompt too long), all one-line (HTTP 400); ``max_pending``
                 requests already admitted (HTTP 503).
             Exception: another engine failure.
+        """
+        turn = await self.generate_turn(rollout_id, attempt, body)
+        self.finish_turn(turn, delivered=True)
+        return turn.response
+
+    async def generate_turn(self, rollout_id: str, attempt: str, body: Any) -> "Turn":
+        """Admit, render and generate one request, without recording it: the caller must end it with
+        :meth:`finish_turn` (which records it, or counts it abandoned, and frees its slot). On an
+        exception (cancellation included) the slot is freed here and nothing is recorded.
+
+        Raises:
+            what :meth:`chat_completion` raises.
         """
         arrived = time.time()
         request = parse_chat_request(body, self.default_max_tokens)
@@ -98,14 +121,27 @@ class OpenAIProxy:
         self.admitted += 1
         try:
             return await self._serve(rollout_id, attempt, request, arrived)
-        finally:
+        except BaseException:
             self.admitted -= 1
+            raise
+
+    def finish_turn(self, turn: "Turn", delivered: bool) -> None:
+        """End a turn of :meth:`generate_turn` once: free its slot, and record it when its reply was
+        ``delivered`` or else count it in ``abandoned``. Later calls do nothing."""
+        if turn.ended:
+            return
+        turn.ended = True
+        self.admitted -= 1
+        if delivered:
+            self.recorder.add_call(turn.rollout_id, turn.attempt, turn.record)
+        else:
+            self.abandoned += 1
 
     async def serve_unless_disconnected(self, rollout_id: str, attempt: str, body: Any,
-                                        disconnected: Awaitable[None]) -> dict[str, Any] | None:
-        """:meth:`chat_completion`, cancelled (its generation dropped) if the awaitable ``disconnected``
-        finishes first: returns None then. Runs in the caller's task (the reply is sent in the same
-        step as the request leaves the pause gate), which the watcher cancels.
+                                        disconnected: Awaitable[None]) -> "Turn | None":
+        """:meth:`generate_turn`, cancelled (its generation dropped, counted in ``abandoned``) if the
+        awaitable ``disconnected`` finishes first: returns None then. Runs in the caller's task (the
+        reply is sent in the same step as the request leaves the pause gate), which the watcher cancels.
 
         Raises:
             what :meth:`chat_completion` raises.
@@ -122,9 +158,9 @@ class OpenAIProxy:
         watch = asyncio.ensure_future(disconnected)
         watch.add_done_callback(client_left)
         try:
-            reply = await self.chat_completion(rollout_id, attempt, body)
+            turn = await self.generate_turn(rollout_id, attempt, body)
             state["finished"] = True
-            return reply
+            return turn
         except asyncio.CancelledError:
             if not state["gone"] or task.uncancel() > 0:  # cancelled from outside as well
                 raise
@@ -135,8 +171,8 @@ class OpenAIProxy:
             watch.remove_done_callback(client_left)
             watch.cancel()
 
-    async def _serve(self, rollout_id: str, attempt: str, request: Any, arrived: float) -> dict[str, Any]:
-        """Render, generate (after any pause), parse and record one validated request."""
+    async def _serve(self, rollout_id: str, attempt: str, request: ChatRequest, arrived: float) -> "Turn":
+        """Render, generate (after any pause) and parse one validated request into an unrecorded turn."""
         chat = ChatRenderer(self._chat.tokenizer, request.tools, self._chat.chat_template)
         try:
             prompt = chat.prompt_ids(request.messages)
@@ -151,21 +187,66 @@ class OpenAIProxy:
             except ValueError as exc:
                 raise ProxyRequestError(f"the engine rejected the request: {exc}") from None
             finished = time.time()
-            text = chat.decode(list(gen.token_ids))
-            ended = gen.token_ids[-1] == chat.eos_id
-            if ended and text.endswith(chat.eos):
-                text = text[: -len(chat.eos)]
-            parsed = parse_reply(text)
-            response = completion_response(parsed, reasoning_text(text), gen.finish_reason, len(prompt),
-                                           len(gen.token_ids), request.model or self.model_name)
-            self.recorder.add_call(rollout_id, attempt, CallRecord(
-                seq=seq, prompt_ids=list(prompt), response_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
-                finish_reason=gen.finish_reason, messages=request.messages, tools=request.tools,
-                reply=response["choices"][0]["message"], malformed_calls=sum(c.error is not None for c in parsed.calls),
-                arrived=arrived, started=started, finished=finished))
-            return response
         finally:
             self.gate.leave()
+        text = chat.decode(list(gen.token_ids))
+        ended = gen.token_ids[-1] == chat.eos_id
+        if ended and text.endswith(chat.eos):
+            text = text[: -len(chat.eos)]
+        parsed = parse_reply(text)
+        response = completion_response(parsed, reasoning_text(text), gen.finish_reason, len(prompt),
+                                       len(gen.token_ids), request.model or self.model_name)
+        record = CallRecord(
+            seq=seq, prompt_ids=list(prompt), response_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
+            finish_reason=gen.finish_reason, messages=request.messages, tools=request.tools,
+            reply=response["choices"][0]["message"], malformed_calls=sum(c.error is not None for c in parsed.calls),
+            arrived=arrived, started=started, finished=finished)
+        return Turn(rollout_id, attempt, request, response, record)
+
+
+@dataclass
+class Turn:
+    """A generated, not yet recorded, reply (:meth:`OpenAIProxy.generate_turn`).
+
+    Attributes:
+        rollout_id, attempt: where it is recorded.
+        request: the validated request.
+        response: the chat-completion object sent back.
+        record: what is recorded once the reply is delivered.
+        ended: :meth:`OpenAIProxy.finish_turn` was called.
+    """
+
+    rollout_id: str
+    attempt: str
+    request: ChatRequest
+    response: dict[str, Any]
+    record: CallRecord
+    ended: bool = False
+
+
+class TurnStream(StreamingResponse):
+    """A turn sent as server-sent events (:mod:`verlog.proxy.streaming`). It is recorded once every
+    chunk has been sent and before ``[DONE]``, so a client that has read the whole stream always finds
+    its turn recorded; a client that leaves earlier (Starlette cancels the stream) leaves nothing
+    recorded and is counted in ``abandoned``. The turn's slot is freed either way."""
+
+    def __init__(self, proxy: OpenAIProxy, turn: Turn) -> None:
+        self.proxy, self.turn = proxy, turn
+        super().__init__(self._events(), media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def _events(self) -> AsyncIterator[bytes]:
+        """The events of the turn; records it after the last chunk."""
+        for chunk in completion_chunks(self.turn.response, self.turn.request.include_usage):
+            yield sse_event(chunk)
+        self.proxy.finish_turn(self.turn, delivered=True)
+        yield DONE_EVENT
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.proxy.finish_turn(self.turn, delivered=False)  # nothing when the stream was delivered
 
 
 async def _disconnect(request: Request) -> None:
@@ -173,6 +254,41 @@ async def _disconnect(request: Request) -> None:
     body has been read, so no other message is due)."""
     while (await request.receive())["type"] != "http.disconnect":
         await asyncio.sleep(0.05)  # an unexpected message: do not spin
+
+
+SESSION_HEADER = "X-Session-ID"
+"""The header that names an episode on the shared base URL ``/v1``."""
+
+SESSION_ATTEMPT = "0"
+"""The attempt under which a session's calls are recorded (its rollout id is the session id)."""
+
+MAX_SESSION_CHARS = 128
+"""Longest session id accepted."""
+
+_SESSION_ID = re.compile(r"[A-Za-z0-9._:-]+")
+
+
+def session_id(request: Request) -> str:
+    """The episode a request on the shared base URL belongs to: its one ``X-Session-ID`` header.
+
+    Raises:
+        ProxyRequestError: no such header, several, longer than ``MAX_SESSION_CHARS`` or holding other
+            characters than letters, digits and ``. _ : -`` (HTTP 400, one line).
+    """
+    values = request.headers.getlist(SESSION_HEADER)
+    if not values:
+        raise ProxyRequestError(f"requests to /v1 need an {SESSION_HEADER} header naming their episode (or use "
+                                f"the base URL /rollout/<id>/attempt/<n>/v1)", SESSION_HEADER)
+    if len(values) > 1:
+        raise ProxyRequestError(f"{SESSION_HEADER} was given {len(values)} times; give it once", SESSION_HEADER)
+    value = values[0]
+    if len(value) > MAX_SESSION_CHARS:
+        raise ProxyRequestError(f"{SESSION_HEADER} has {len(value)} characters; at most {MAX_SESSION_CHARS} are "
+                                f"accepted", SESSION_HEADER)
+    if not _SESSION_ID.fullmatch(value):
+        raise ProxyRequestError(f"{SESSION_HEADER} may hold only letters, digits and . _ : - (got {value[:40]!r})",
+                                SESSION_HEADER)
+    return value
 
 
 def create_app(proxy: OpenAIProxy) -> FastAPI:
@@ -195,20 +311,39 @@ def create_app(proxy: OpenAIProxy) -> FastAPI:
 
     @app.post("/rollout/{rollout_id}/attempt/{attempt}/v1/chat/completions")
     async def chat_completions(rollout_id: str, attempt: str, request: Request) -> Response:
+        return await serve(rollout_id, attempt, request)
+
+    @app.post("/v1/chat/completions")
+    async def session_chat_completions(request: Request) -> Response:
+        return await serve(session_id(request), SESSION_ATTEMPT, request)
+
+    async def serve(rollout_id: str, attempt: str, request: Request) -> Response:
+        """One chat-completions request of (rollout, attempt): JSON, or events when it streams."""
         body = await json_body(request)
         try:
-            reply = await proxy.serve_unless_disconnected(rollout_id, attempt, body, _disconnect(request))
+            turn = await proxy.serve_unless_disconnected(rollout_id, attempt, body, _disconnect(request))
         except ProxyRequestError:
             raise
         except Exception as exc:  # noqa: BLE001 - an engine failure, reported to the agent
             return JSONResponse(error_body(f"generation failed: {type(exc).__name__}: {exc}", kind="server_error"),
                                 status_code=500)
-        if reply is None:  # the client is gone; nobody reads this (499: nginx's "client closed request")
+        if turn is None:  # the client is gone; nobody reads this (499: nginx's "client closed request")
             return Response(status_code=499)
-        return JSONResponse(reply)
+        if turn.request.stream:
+            return TurnStream(proxy, turn)
+        proxy.finish_turn(turn, delivered=True)
+        return JSONResponse(turn.response)
 
     @app.post("/rollout/{rollout_id}/attempt/{attempt}/reward")
     async def reward(rollout_id: str, attempt: str, request: Request) -> dict[str, Any]:
+        return await store_reward(rollout_id, attempt, request)
+
+    @app.post("/reward")
+    async def session_reward(request: Request) -> dict[str, Any]:
+        return await store_reward(session_id(request), SESSION_ATTEMPT, request)
+
+    async def store_reward(rollout_id: str, attempt: str, request: Request) -> dict[str, Any]:
+        """Store the ``{"reward": float}`` body as the reward of (rollout, attempt)."""
         body = await json_body(request)
         value = body.get("reward") if isinstance(body, dict) else None
         try:

@@ -1,8 +1,9 @@
 """The OpenAI chat-completions wire format: validating a request, building the response.
 
 Only what the proxy serves is accepted: ``messages``, ``tools`` (function tools), ``max_tokens`` /
-``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``n`` = 1 and ``stream`` false; other
-fields (``model``, ``tool_choice``, ``user``, ...) are ignored. Every rejection is a
+``max_completion_tokens``, ``temperature``, ``top_p``, ``seed``, ``n`` = 1, ``stream`` (a boolean) and
+``stream_options.include_usage`` (a boolean; read only when streaming); other fields (``model``,
+``tool_choice``, ``user``, ...) are ignored. Every rejection is a
 :class:`ProxyRequestError` with a one-line message, served as HTTP 400 with an OpenAI error body.
 JSON (the body, a tool call's arguments) may nest at most
 :data:`~verlog.chat.bounded_json.MAX_JSON_DEPTH` levels.
@@ -65,6 +66,8 @@ class ChatRequest:
     tools: list[dict[str, Any]] | None
     params: SamplingParams
     model: str
+    stream: bool = False
+    include_usage: bool = False
 
 
 def _text(content: Any, where: str) -> str:
@@ -147,12 +150,11 @@ def parse_chat_request(body: Any, default_max_tokens: int) -> ChatRequest:
 
     Raises:
         ProxyRequestError: not a JSON object, bad or empty messages, bad tools, a bad sampling value,
-            ``n`` other than 1, or ``stream`` true.
+            ``n`` other than 1, or a ``stream`` / ``stream_options`` of the wrong type.
     """
     if not isinstance(body, dict):
         raise ProxyRequestError("the request body must be a JSON object")
-    if body.get("stream"):
-        raise ProxyRequestError("stream is not supported", "stream")
+    stream, include_usage = _streaming(body)
     if body.get("n", 1) != 1:
         raise ProxyRequestError(f"only n=1 is supported, got {body.get('n')!r}", "n")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -167,7 +169,30 @@ def parse_chat_request(body: Any, default_max_tokens: int) -> ChatRequest:
                             top_p=_number(body, "top_p", 1.0, 0.0, 1.0, True), seed=seed)
     model = body.get("model")
     return ChatRequest(_messages(body.get("messages")), _tools(body.get("tools")), params,
-                       model if isinstance(model, str) else "")
+                       model if isinstance(model, str) else "", stream, include_usage)
+
+
+def _streaming(body: dict[str, Any]) -> tuple[bool, bool]:
+    """``(stream, include_usage)`` of a request; ``stream_options`` is read only when streaming.
+
+    Raises:
+        ProxyRequestError: ``stream`` not a boolean, or (streaming) ``stream_options`` not an object or
+            its ``include_usage`` not a boolean.
+    """
+    stream = body.get("stream")
+    if stream is None:
+        return False, False
+    if not isinstance(stream, bool):
+        raise ProxyRequestError(f"stream must be a boolean, got {type(stream).__name__}", "stream")
+    options = body.get("stream_options")
+    if not stream or options is None:
+        return stream, False
+    if not isinstance(options, dict):
+        raise ProxyRequestError("stream_options must be an object", "stream_options")
+    usage = options.get("include_usage", False)
+    if not isinstance(usage, bool):
+        raise ProxyRequestError("stream_options.include_usage must be a boolean", "stream_options")
+    return True, usage
 
 
 def completion_response(parsed: ParsedReply, reasoning: str | None, engine_finish: str, prompt_tokens: int,
