@@ -38,6 +38,7 @@ from verlog.proxy.adapter import rollout_samples
 from verlog.proxy.worker import BatchingEngine, GenerationWorker
 from verlog.rollout.engine import SamplingParams
 from verlog.rollout.records import CollectStats, EpisodeRecord
+from verlog.rollout.server import EngineClient, SessionEngine
 
 __all__ = ["AgentEpisode", "ToolLoopCollector", "ProxyCollector"]
 
@@ -144,16 +145,34 @@ class ToolLoopCollector(_AgentCollector):
         num_envs, group_size, seed, pad_id, sampling: see the module docstring; ``sampling``'s
             ``max_tokens`` is replaced per turn by the limits.
         max_batch: most prompts per engine call.
+        client: serve the conversations from these engine servers instead
+            (:mod:`verlog.rollout.server`, ``rollout.server``): each conversation is one session,
+            kept on one server, and the trainer's weight loads pause and drain them
+            (:meth:`weights_changing`); :meth:`close` stops the servers. None: one
+            :class:`~verlog.proxy.worker.GenerationWorker` on ``engine`` per collection.
 
     Raises:
         ValueError: ``num_envs`` not a positive multiple of ``group_size``.
     """
 
     def __init__(self, task: AgentTask, engine: Any, tokenizer: Any, limits: AgentLimits, *, num_envs: int,
-                 group_size: int, seed: int, pad_id: int, sampling: SamplingParams, max_batch: int = 256) -> None:
+                 group_size: int, seed: int, pad_id: int, sampling: SamplingParams, max_batch: int = 256,
+                 client: EngineClient | None = None) -> None:
         super().__init__(task, num_envs=num_envs, group_size=group_size, seed=seed, pad_id=pad_id,
                          max_response_tokens=limits.max_response_tokens, sampling=sampling)
         self.engine, self.tokenizer, self.limits, self.max_batch = engine, tokenizer, limits, max_batch
+        self.client = client
+        self._runs = 0
+
+    def close(self) -> None:
+        """Stop the engine servers, if the collector has any."""
+        if self.client is not None:
+            self.client.stop()
+
+    def weights_changing(self) -> ContextManager[None]:
+        """With engine servers: hold new requests and drain those in flight while the trainer loads
+        new weights; without: nothing to hold (generation runs inside :meth:`collect`)."""
+        return self.client.paused() if self.client is not None else nullcontext()
 
     def run(self, items: list[Any], sampling: SamplingParams) -> list[AgentEpisode]:
         """One conversation per item, each started by ``task.start`` (its own tools and reward); a
@@ -161,6 +180,8 @@ class ToolLoopCollector(_AgentCollector):
         return [(turn_samples(t), t.total_reward, t.reward_note) for t in asyncio.run(self._run(items, sampling))]
 
     async def _run(self, items: list[Any], sampling: SamplingParams) -> list[Any]:
+        if self.client is not None:
+            return await self._run_served(items, sampling, self.client)
         worker = GenerationWorker(self.engine, self.max_batch)
         engine = BatchingEngine(worker)
         try:
@@ -170,6 +191,22 @@ class ToolLoopCollector(_AgentCollector):
             return list(await asyncio.gather(*(loop.run(conv.messages) for loop, conv in zip(loops, starts))))
         finally:
             await worker.close()
+
+    async def _run_served(self, items: list[Any], sampling: SamplingParams, client: EngineClient) -> list[Any]:
+        """The conversations on the engine servers, conversation ``i`` of this call as session
+        ``(call, i)``."""
+        self._runs += 1
+        starts = [self.task.start(item) for item in items]
+        sessions = [client.session((self._runs, i)) for i in range(len(items))]
+
+        async def one(conv: Any, session: SessionEngine) -> Any:
+            try:
+                return await ToolAgentLoop(session, self.tokenizer, conv.tools, reward_fn=conv.reward_fn,
+                                           limits=self.limits, sampling=sampling).run(conv.messages)
+            finally:
+                session.close()
+
+        return list(await asyncio.gather(*(one(conv, s) for conv, s in zip(starts, sessions))))
 
 
 class ProxyCollector(_AgentCollector):

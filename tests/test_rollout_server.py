@@ -1,0 +1,270 @@
+"""Tests of verlog.rollout.server: request-level batching, the multi-server client (least loaded,
+sticky trajectories), pause/drain around weight loads, errors to their caller only, and the tool-loop
+collector served from it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+import torch
+
+from verlog.rollout.engine import Generation, SamplingParams
+from verlog.rollout.server import EngineClient, EngineServer, ServedEngine
+
+POISON = 13
+P = SamplingParams(max_tokens=3, greedy=True)
+
+
+class FakeEngine:
+    """Answers prompt ``p`` with ids ``[p[-1] + 1, p[-1] + 2, ...]`` (max_tokens of them), logprobs
+    ``-id / 100``; raises for a prompt containing :data:`POISON`. Records every call's prompts; with
+    ``hold`` set, a call waits for ``release`` (``entered`` is set once a call has started)."""
+
+    def __init__(self, name: str = "e", hold: bool = False) -> None:
+        self.name, self.calls, self.loads, self.log = name, [], [], []
+        self.entered, self.release = threading.Event(), threading.Event()
+        if not hold:
+            self.release.set()
+        self._lock = threading.Lock()
+
+    def generate(self, prompts, params):
+        with self._lock:
+            self.calls.append([list(p) for p in prompts])
+            self.log.append(("generate", len(prompts)))
+        self.entered.set()
+        assert self.release.wait(10)
+        if any(POISON in p for p in prompts):
+            raise RuntimeError(f"poisoned prompt in {prompts}")
+        out = []
+        for p in prompts:
+            ids = [p[-1] + k + 1 for k in range(params.max_tokens)]
+            out.append(Generation(ids, [-i / 100 for i in ids], "length"))
+        return out
+
+    def load_weights(self, named_tensors):
+        self.loads.append([name for name, _ in named_tensors])
+        self.log.append(("load", len(self.loads)))
+
+
+def expected(prompt, max_tokens=3):
+    ids = [prompt[-1] + k + 1 for k in range(max_tokens)]
+    return ids, [-i / 100 for i in ids]
+
+
+def wait_for(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.002)
+
+
+# ------------------------------------------------------------------------------ one server
+def test_waiting_requests_share_one_engine_call_and_each_caller_gets_its_own_ids():
+    engine = FakeEngine(hold=True)
+    with EngineServer(engine, max_batch=64) as server:
+        first = server.submit([1], P)
+        assert engine.entered.wait(5)  # the engine is busy with [1] alone
+        rest = [server.submit([10 * k], P) for k in range(1, 8)]
+        wait_for(lambda: server.inflight == 8)
+        engine.release.set()
+        gens = [f.result(5) for f in [first, *rest]]
+    assert [len(c) for c in engine.calls] == [1, 7]  # the 7 that waited went in together
+    for prompt, gen in zip([[1]] + [[10 * k] for k in range(1, 8)], gens):
+        assert (gen.token_ids, gen.logprobs) == expected(prompt)
+    assert server.requests == 8 and server.engine_calls == 2
+
+
+def test_requests_are_grouped_by_sampling_params_and_cut_at_max_batch():
+    engine = FakeEngine(hold=True)
+    other = SamplingParams(max_tokens=2, temperature=0.5)
+    with EngineServer(engine, max_batch=3) as server:
+        first = server.submit([0], P)
+        assert engine.entered.wait(5)
+        a = [server.submit([k], P) for k in range(1, 6)]  # 5 with P
+        b = [server.submit([100 + k], other) for k in range(2)]  # 2 with other
+        wait_for(lambda: server.inflight == 8)
+        engine.release.set()
+        assert [len(f.result(5).token_ids) for f in [first, *a]] == [3] * 6
+        assert [f.result(5).token_ids for f in b] == [[101, 102], [102, 103]]
+    # after [0]: at most 3 per call, never P and `other` in one call
+    sizes = [len(c) for c in engine.calls[1:]]
+    assert max(sizes) <= 3 and sum(sizes) == 7
+    for call in engine.calls[1:]:
+        assert len({p[0] >= 100 for p in call}) == 1
+
+
+def test_an_engine_error_reaches_only_the_caller_whose_prompt_failed():
+    engine = FakeEngine(hold=True)
+    with EngineServer(engine) as server:
+        first = server.submit([1], P)
+        assert engine.entered.wait(5)
+        good = [server.submit([2], P), server.submit([3], P)]
+        bad = server.submit([4, POISON], P)
+        wait_for(lambda: server.inflight == 4)
+        engine.release.set()
+        assert first.result(5).token_ids == [2, 3, 4]
+        assert [f.result(5).token_ids for f in good] == [[3, 4, 5], [4, 5, 6]]
+        with pytest.raises(RuntimeError, match="poisoned"):
+            bad.result(5)
+        assert server.submit([7], P).result(5).token_ids == [8, 9, 10]  # the server goes on
+
+
+def test_generate_is_awaitable_from_another_event_loop_and_keeps_order():
+    engine = FakeEngine()
+
+    async def main(server):
+        return await asyncio.gather(*(server.generate([k + 20], P) for k in range(20)))
+
+    with EngineServer(engine, max_batch=4) as server:
+        gens = asyncio.run(main(server))
+    assert [g.token_ids for g in gens] == [expected([k + 20])[0] for k in range(20)]
+    assert max(len(c) for c in engine.calls) <= 4
+
+
+def test_pause_drains_in_flight_requests_and_holds_new_ones_until_the_weights_are_loaded():
+    engine = FakeEngine(hold=True)
+    with EngineServer(engine) as server:
+        in_flight = server.submit([1], P)
+        assert engine.entered.wait(5)
+        loaded = threading.Event()
+
+        def load():
+            with server.paused(timeout=5):
+                engine.load_weights([("w", torch.zeros(1))])
+            loaded.set()
+
+        loader = threading.Thread(target=load)
+        loader.start()
+        time.sleep(0.05)
+        assert not engine.loads  # the pause waits for the request in flight
+        later = server.submit([5], P)  # arrives during the pause: waits, does not fail
+        engine.release.set()
+        loader.join(5)
+        assert loaded.is_set() and in_flight.result(5).token_ids == [2, 3, 4]
+        assert later.result(5).token_ids == [6, 7, 8]
+    # the request in flight was generated with the old weights, the later one with the new
+    assert engine.log == [("generate", 1), ("load", 1), ("generate", 1)]
+
+
+def test_a_pause_that_cannot_drain_in_time_is_undone():
+    engine = FakeEngine(hold=True)
+    with EngineServer(engine) as server:
+        stuck = server.submit([1], P)
+        assert engine.entered.wait(5)
+        with pytest.raises(TimeoutError):
+            with server.paused(timeout=0.05):
+                pass  # pragma: no cover
+        assert not server.gate.is_paused
+        engine.release.set()
+        assert stuck.result(5).token_ids == [2, 3, 4]
+
+
+def test_stop_cancels_waiting_requests_and_refuses_new_ones():
+    engine = FakeEngine(hold=True)
+    server = EngineServer(engine).start()
+    first = server.submit([1], P)
+    assert engine.entered.wait(5)
+    waiting = server.submit([2], P)
+    engine.release.set()
+    first.result(5)
+    server.stop()
+    assert waiting.done()
+    with pytest.raises(RuntimeError, match="not running"):
+        server.submit([3], P)
+    with pytest.raises(ValueError, match="max_batch"):
+        EngineServer(engine, max_batch=0)
+
+
+# ------------------------------------------------------------------------------ the client
+def test_client_keeps_each_trajectory_on_one_server_and_balances_new_ones():
+    engines = [FakeEngine("a"), FakeEngine("b")]
+    client = EngineClient.over(engines, max_batch=8)
+
+    async def trajectory(t):
+        ids, session = [1000 * (t + 1)], client.session(("traj", t))
+        for _ in range(3):
+            gen = (await session.generate([ids], P))[0]
+            assert gen.token_ids == expected(ids)[0]
+            ids = ids + gen.token_ids
+        session.close()
+        return ids
+
+    async def main():
+        return await asyncio.gather(*(trajectory(t) for t in range(8)))
+
+    try:
+        finals = asyncio.run(main())
+    finally:
+        client.stop()
+    for t, ids in enumerate(finals):
+        assert len(ids) == 10 and ids[0] == 1000 * (t + 1)
+    # every prompt of trajectory t went to one server: its first id names the trajectory
+    where = {}
+    for k, engine in enumerate(engines):
+        for call in engine.calls:
+            for prompt in call:
+                assert where.setdefault(prompt[0], k) == k
+    assert sorted(where) == [1000 * (t + 1) for t in range(8)]
+    assert sorted(client.assigned) == [4, 4] and sum(client.sent) == 24  # least loaded: an even split
+    assert client.inflight == [0, 0] and client.server_of(("traj", 0)) is None  # released
+
+
+def test_client_sends_a_new_trajectory_to_the_server_with_fewest_requests_in_flight():
+    busy, idle = FakeEngine("busy", hold=True), FakeEngine("idle")
+    client = EngineClient.over([busy, idle])
+    try:
+        held = [client.submit([1], P, session="x"), client.submit([2], P, session="x")]
+        assert busy.entered.wait(5) and client.server_of("x") == 0
+        assert client.submit([3], P, session="y").result(5).token_ids == [4, 5, 6]
+        assert client.server_of("y") == 1
+        assert client.submit([4], P, session="x") is not None and client.inflight[0] == 3  # sticky although busy
+        busy.release.set()
+        assert [f.result(5).token_ids for f in held] == [[2, 3, 4], [3, 4, 5]]
+    finally:
+        busy.release.set()
+        client.stop()
+    with pytest.raises(ValueError, match="own engine"):
+        EngineClient.over([idle, idle])
+    with pytest.raises(ValueError, match="at least one"):
+        EngineClient([])
+
+
+def test_client_errors_propagate_to_their_caller_only():
+    client = EngineClient.over([FakeEngine(), FakeEngine()])
+
+    async def main():
+        return await asyncio.gather(client.generate([1], P, session=1), client.generate([POISON], P, session=2),
+                                    client.generate([3], P, session=3), return_exceptions=True)
+
+    try:
+        ok1, bad, ok3 = asyncio.run(main())
+    finally:
+        client.stop()
+    assert ok1.token_ids == [2, 3, 4] and ok3.token_ids == [4, 5, 6]
+    assert isinstance(bad, RuntimeError) and "poisoned" in str(bad)
+
+
+def test_served_engine_is_a_lock_step_engine_and_loads_weights_into_every_server():
+    engines = [FakeEngine("a"), FakeEngine("b")]
+    served = ServedEngine(EngineClient.over(engines))
+    try:
+        prompts = [[10 * k] for k in range(6)]
+        for _ in range(2):
+            gens = served.generate(prompts, P)
+            assert [g.token_ids for g in gens] == [expected(p)[0] for p in prompts]
+        assert served.generate([], P) == []
+        with pytest.raises(RuntimeError, match="poisoned"):
+            served.generate([[1], [POISON]], P)
+        served.load_weights(iter([("w", torch.zeros(1)), ("v", torch.ones(1))]))
+    finally:
+        served.close()
+    assert [e.loads for e in engines] == [[["w", "v"]], [["w", "v"]]]
+    # slot j stays on one server across calls
+    seen = {}
+    for k, engine in enumerate(engines):
+        for call in engine.calls:
+            for prompt in call:
+                assert seen.setdefault(prompt[0], k) == k

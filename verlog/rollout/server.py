@@ -1,0 +1,408 @@
+"""Server-based asynchronous rollout: rollout engines behind an asyncio token-in/token-out interface.
+
+An :class:`EngineServer` owns one synchronous :class:`~verlog.rollout.engine.RolloutEngine` and serves
+single-prompt requests, ``await server.generate(prompt_ids, sampling) -> Generation``, from any thread
+and any event loop. It runs its own event loop in a background thread; inside it one
+:class:`~verlog.proxy.worker.GenerationWorker` (the proxy's batching worker) batches at request
+granularity: whenever the engine is free it takes every waiting request (up to ``max_batch``), groups
+them by equal :class:`~verlog.rollout.engine.SamplingParams` and makes one ``engine.generate`` call per
+group, so concurrent callers (tool conversations waiting on tools, env slots stepping their envs)
+share batches without lock-step. The ids returned are the engine's ids verbatim: they are what gets
+trained, with their behaviour-policy logprobs. A failed batch is retried prompt by prompt, so an error
+reaches only the callers whose prompt fails.
+
+Weight sync with requests in flight uses the proxy's :class:`~verlog.proxy.gate.PauseGate`:
+:meth:`EngineServer.paused` holds new requests (they wait, they do not fail), waits for those in an
+engine call to finish, and runs its body (the trainer's ``load_weights``); requests that arrive
+meanwhile are generated with the new weights. A trajectory may thus have turns of two policy versions;
+each turn's logprobs are those of the policy that sampled it.
+
+An :class:`EngineClient` spreads requests over several servers (one per data-parallel group): a new
+trajectory goes to the server with the fewest requests in flight, and every later request of the same
+trajectory (same session key) to that server again, so an engine with a prefix cache reuses it.
+:meth:`EngineClient.session` gives the per-trajectory engine view that
+:class:`~verlog.agent.loop.ToolAgentLoop` calls; :class:`ServedEngine` the synchronous
+``generate(prompts, params)`` of a :class:`~verlog.rollout.engine.RolloutEngine` for the lock-step
+collectors (prompt ``j`` of every call is session ``j``: an env slot stays on its server).
+
+Only the transformers engine (:class:`~verlog.rollout.hf.HFEngine`) and fake engines have run behind
+a server, on CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import Future
+from contextlib import ExitStack, contextmanager
+from typing import Any, Hashable, Iterable, Iterator, Sequence
+
+import torch
+
+from verlog.proxy.gate import PauseGate
+from verlog.proxy.worker import GenerationWorker
+from verlog.rollout.engine import Generation, RolloutEngine, SamplingParams
+
+__all__ = ["EngineServer", "EngineClient", "SessionEngine", "ServedEngine"]
+
+
+class EngineServer:
+    """One rollout engine served to concurrent callers, batched at request granularity.
+
+    ``server = EngineServer(engine).start()``; ``await server.generate(ids, params)`` from any event
+    loop (or ``server.submit(ids, params).result()`` from any thread); ``with server.paused():
+    engine.load_weights(...)``; ``server.stop()``. The engine is called from the server's own threads
+    only, one call at a time, so a thread-unsafe engine (the transformers one) is safe; nobody else may
+    call it while the server runs, except inside :meth:`paused`.
+
+    Args:
+        engine: the synchronous rollout engine (``generate(prompts, params)``, ``load_weights``).
+        max_batch: most prompts per engine call (>= 1).
+        name: the server thread's name.
+
+    Attributes:
+        requests: requests served (answered with a generation or an error) so far.
+
+    Raises:
+        ValueError: ``max_batch`` < 1.
+    """
+
+    def __init__(self, engine: RolloutEngine, *, max_batch: int = 64, name: str = "verlog-engine-server") -> None:
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"EngineServer: max_batch must be a positive int, got {max_batch!r}")
+        self.engine, self.max_batch, self.name = engine, max_batch, name
+        self.worker = GenerationWorker(engine, max_batch)
+        self.gate: PauseGate | None = None
+        self.requests = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifetime
+    @property
+    def running(self) -> bool:
+        """The server thread runs and takes requests."""
+        return self._thread is not None and self._thread.is_alive() and self._loop is not None
+
+    def start(self) -> "EngineServer":
+        """Start the server thread (idempotent); returns the server."""
+        with self._lock:
+            if self.running:
+                return self
+            ready = threading.Event()
+
+            def run() -> None:
+                loop = asyncio.new_event_loop()
+                asyncio.set_event_loop(loop)
+                self.gate = PauseGate()  # made in its loop: it is used from there only
+                self._loop = loop
+                ready.set()
+                try:
+                    loop.run_forever()
+                finally:  # stopped: the requests still open are cancelled, their callers told so
+                    loop.run_until_complete(self.worker.close())
+                    tasks = asyncio.all_tasks(loop)
+                    for task in tasks:
+                        task.cancel()
+                    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+                    loop.run_until_complete(loop.shutdown_default_executor())
+                    loop.close()
+
+            self._thread = threading.Thread(target=run, name=self.name, daemon=True)
+            self._thread.start()
+            ready.wait()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop serving: requests still waiting are cancelled; joins the thread (idempotent)."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            if loop is None or thread is None:
+                return
+            if thread.is_alive():
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(timeout)
+            self._loop, self._thread = None, None
+
+    def __enter__(self) -> "EngineServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ requests
+    @property
+    def engine_calls(self) -> int:
+        """Engine calls made so far (``requests / engine_calls`` is the mean batch size)."""
+        return self.worker.engine_calls
+
+    @property
+    def inflight(self) -> int:
+        """Requests admitted and not yet answered (0 while paused and drained)."""
+        return self.gate.inflight if self.gate is not None else 0
+
+    async def _serve(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+        assert self.gate is not None
+        await self.gate.enter()
+        try:
+            return await self.worker.generate(prompt_ids, params)
+        finally:
+            self.gate.leave()
+            self.requests += 1
+
+    def submit(self, prompt_ids: Sequence[int], params: SamplingParams) -> "Future[Generation]":
+        """Queue one request from any thread; its future holds the generation or the engine's error.
+
+        Cancelling the future drops the request (before its engine call, or its result after it).
+
+        Raises:
+            RuntimeError: the server is not running.
+        """
+        loop = self._loop
+        if loop is None or not self.running:
+            raise RuntimeError(f"{self.name}: the engine server is not running")
+        return asyncio.run_coroutine_threadsafe(self._serve(list(prompt_ids), params), loop)
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        """The engine's generation for one prompt, awaited from any event loop.
+
+        Args:
+            prompt_ids: the prompt's token ids.
+            params: decoding parameters; only requests with equal params share an engine call.
+
+        Returns:
+            the generation: response ids (1 <= L <= ``params.max_tokens``), their logprobs under the
+            engine's raw distribution, and the finish reason.
+
+        Raises:
+            RuntimeError: the server is not running.
+            ValueError: the engine returned no token, logprobs of another length or too many ids.
+            Exception: whatever the engine raised for this prompt.
+        """
+        return await asyncio.wrap_future(self.submit(prompt_ids, params))
+
+    # ------------------------------------------------------------------ weights
+    @contextmanager
+    def paused(self, timeout: float | None = None) -> Iterator[None]:
+        """From any thread but the server's: hold new requests, wait until those admitted are answered,
+        run the body, resume (also when the body raises).
+
+        Raises:
+            RuntimeError: the server is not running.
+            TimeoutError: the drain took longer than ``timeout`` seconds (the pause is undone).
+        """
+        loop, gate = self._loop, self.gate
+        if loop is None or gate is None or not self.running:
+            raise RuntimeError(f"{self.name}: the engine server is not running")
+        future = asyncio.run_coroutine_threadsafe(gate.pause(), loop)
+
+        async def resume() -> None:
+            gate.resume()
+
+        try:
+            future.result(timeout)
+        except BaseException:
+            future.cancel()
+            asyncio.run_coroutine_threadsafe(resume(), loop).result()
+            raise
+        try:
+            yield
+        finally:  # open again when the with-block ends
+            asyncio.run_coroutine_threadsafe(resume(), loop).result()
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load new weights into the engine between requests (:meth:`paused` around the load)."""
+        with self.paused():
+            self.engine.load_weights(named_tensors)
+
+
+class SessionEngine:
+    """One trajectory's view of an :class:`EngineClient`: the rollout-engine interface that
+    :class:`~verlog.agent.loop.ToolAgentLoop` calls, every request of the trajectory on one server.
+
+    Args:
+        client: the client.
+        key: the trajectory's session key (hashable, unique among the trajectories running).
+    """
+
+    def __init__(self, client: "EngineClient", key: Hashable) -> None:
+        self.client, self.key = client, key
+
+    async def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """One generation per prompt, in order, all on this session's server (raises what
+        :meth:`EngineServer.generate` raises)."""
+        return list(await asyncio.gather(*(self.client.generate(p, params, session=self.key) for p in prompts)))
+
+    def close(self) -> None:
+        """The trajectory has ended: forget its server (:meth:`EngineClient.release`)."""
+        self.client.release(self.key)
+
+
+class EngineClient:
+    """Requests over several :class:`EngineServer` s: the least loaded server for a new trajectory,
+    the same server for the rest of it.
+
+    Thread-safe: callers may run in several threads and event loops.
+
+    Args:
+        servers: the servers (started by :meth:`start` if they are not); the client stops them in
+            :meth:`stop`.
+
+    Attributes:
+        assigned: [servers] trajectories (session keys) given to each server so far.
+        sent: [servers] requests sent to each server so far.
+
+    Raises:
+        ValueError: no server.
+    """
+
+    def __init__(self, servers: Sequence[EngineServer]) -> None:
+        if not servers:
+            raise ValueError("EngineClient: needs at least one server")
+        self.servers = list(servers)
+        self.assigned = [0] * len(self.servers)
+        self.sent = [0] * len(self.servers)
+        self._inflight = [0] * len(self.servers)
+        self._sticky: dict[Hashable, int] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def over(cls, engines: Sequence[RolloutEngine], *, max_batch: int = 64) -> "EngineClient":
+        """A client over one started server per engine (each engine must be its own object)."""
+        if len({id(e) for e in engines}) != len(engines):
+            raise ValueError("EngineClient.over: every server needs its own engine object")
+        return cls([EngineServer(e, max_batch=max_batch, name=f"verlog-engine-server-{i}").start()
+                    for i, e in enumerate(engines)])
+
+    def start(self) -> "EngineClient":
+        """Start every server not yet running."""
+        for server in self.servers:
+            server.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop every server."""
+        for server in self.servers:
+            server.stop()
+
+    @property
+    def inflight(self) -> list[int]:
+        """[servers] requests this client sent to each server and has not had answered yet."""
+        with self._lock:
+            return list(self._inflight)
+
+    def server_of(self, session: Hashable) -> int | None:
+        """The index of the server a running trajectory is on (None: not assigned, or released)."""
+        with self._lock:
+            return self._sticky.get(session)
+
+    def _pick(self, session: Hashable | None) -> int:
+        """Reserve a server for one request: the session's own, else the one with the fewest requests
+        in flight (ties: the lowest index)."""
+        with self._lock:
+            index = self._sticky.get(session) if session is not None else None
+            if index is None:
+                index = min(range(len(self.servers)), key=lambda i: (self._inflight[i], i))
+                if session is not None:
+                    self._sticky[session] = index
+                    self.assigned[index] += 1
+            self._inflight[index] += 1
+            self.sent[index] += 1
+            return index
+
+    def _done(self, index: int) -> None:
+        with self._lock:
+            self._inflight[index] -= 1
+
+    def submit(self, prompt_ids: Sequence[int], params: SamplingParams, *,
+               session: Hashable | None = None) -> "Future[Generation]":
+        """Queue one prompt on the session's server (a new session: the least loaded one), from any
+        thread; the future holds its generation or the error raised for it.
+
+        Raises:
+            RuntimeError: the chosen server is not running.
+        """
+        index = self._pick(session)
+        try:
+            future = self.servers[index].submit(prompt_ids, params)
+        except BaseException:
+            self._done(index)
+            raise
+        future.add_done_callback(lambda _: self._done(index))
+        return future
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams, *,
+                       session: Hashable | None = None) -> Generation:
+        """One prompt's generation on the session's server (a new session: the least loaded one),
+        awaited from any event loop.
+
+        Raises:
+            RuntimeError: the chosen server is not running.
+            Exception: what the server's engine raised for this prompt (only this caller gets it).
+        """
+        return await asyncio.wrap_future(self.submit(prompt_ids, params, session=session))
+
+    def session(self, key: Hashable) -> SessionEngine:
+        """The engine view of trajectory ``key`` (close it, or :meth:`release` the key, at its end)."""
+        return SessionEngine(self, key)
+
+    def release(self, session: Hashable) -> None:
+        """Forget a finished trajectory's server (a later request with its key is placed anew)."""
+        with self._lock:
+            self._sticky.pop(session, None)
+
+    @contextmanager
+    def paused(self, timeout: float | None = None) -> Iterator[None]:
+        """Every server paused and drained (:meth:`EngineServer.paused`) for the body."""
+        with ExitStack() as stack:
+            for server in self.servers:
+                stack.enter_context(server.paused(timeout))
+            yield
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load the same weights into every server's engine, all servers paused meanwhile."""
+        named = list(named_tensors)
+        with self.paused():
+            for server in self.servers:
+                server.engine.load_weights(iter(named))
+
+
+class ServedEngine:
+    """The synchronous rollout-engine interface over an :class:`EngineClient`, for the lock-step
+    collectors (:class:`~verlog.rollout.collector.FixedTurnCollector`,
+    :class:`~verlog.rollout.episodes.EpisodeCollector`): one call's prompts are sent as concurrent
+    requests, prompt ``j`` as session ``j`` (an env slot keeps its server across turns).
+
+    Call it from any thread but a server's, never from a running event loop.
+
+    Args:
+        client: the client over the engine servers.
+    """
+
+    def __init__(self, client: EngineClient) -> None:
+        self.client = client
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """One generation per prompt, in order.
+
+        Raises:
+            Exception: the first error of a prompt (the other prompts' generations are dropped).
+        """
+        futures = [self.client.submit(p, params, session=j) for j, p in enumerate(prompts)]
+        try:
+            return [future.result() for future in futures]
+        finally:
+            for future in futures:
+                future.cancel()  # no-op on the answered ones
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load the weights into every server's engine (:meth:`EngineClient.load_weights`)."""
+        self.client.load_weights(named_tensors)
+
+    def paused(self, timeout: float | None = None) -> Any:
+        """Every server paused and drained for the body (:meth:`EngineClient.paused`)."""
+        return self.client.paused(timeout)
+
+    def close(self) -> None:
+        """Stop the servers."""
+        self.client.stop()
