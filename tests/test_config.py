@@ -63,6 +63,10 @@ def test_text_that_yaml_reads_as_a_mapping_stays_text():
     (["deepspeed.zero_stage=4"], "deepspeed.zero_stage"),
     (["rollout.vllm_sleep_between_updates=true"], "rollout.vllm_sleep_between_updates"),  # the hf engine
     (["env.text_style=fancy"], "env.text_style"),
+    (["rollout.server=maybe"], "rollout.server"),
+    (["rollout.server_max_batch=0"], "rollout.server_max_batch"),
+    (["rollout.server=true", "agent.loop=proxy"], "rollout.server"),
+    (["agent.tool_latency_s=-0.1"], "agent.tool_latency_s"),
     (["noequals"], "noequals"),
     (["ppo..x=1"], "ppo..x=1"),
 ])
@@ -136,3 +140,11 @@ def test_cli_help_lists_config_keys():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     assert "ppo.actor_lr" in proc.stdout and "gae.lam_token" in proc.stdout
+
+
+def test_engine_server_keys_default_off():
+    cfg = load_recipe("tiny")
+    assert (cfg.rollout.server, cfg.rollout.server_max_batch, cfg.agent.tool_latency_s) == (False, 64, 0.0)
+    on = load_recipe("tiny", ["rollout.server=true", "rollout.server_max_batch=8", "agent.loop=tools",
+                              "agent.tool_latency_s=0.1"])
+    assert (on.rollout.server, on.rollout.server_max_batch, on.agent.tool_latency_s) == (True, 8, 0.1)

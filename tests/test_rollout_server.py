@@ -268,3 +268,136 @@ def test_served_engine_is_a_lock_step_engine_and_loads_weights_into_every_server
         for call in engine.calls:
             for prompt in call:
                 assert seen.setdefault(prompt[0], k) == k
+
+
+# ------------------------------------------------------------------------------ collectors on servers
+@pytest.fixture(scope="module")
+def calc_tok(tmp_path_factory):
+    from verlog.agent.calculator import calculator_corpus
+    from verlog.models import load_tokenizer
+    from verlog.tiny_model import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", calculator_corpus(40, 1, 20), vocab_size=400,
+                            hidden_size=64, num_heads=1, num_kv_heads=1, intermediate_size=64, num_layers=1)
+    return load_tokenizer(path)
+
+
+class CalculatorOracle:
+    """Calls ``calculate`` on the question's expression, then answers with the tool's response; records
+    each engine call's batch size."""
+
+    def __init__(self, tok):
+        self.tok, self.batches = tok, []
+
+    def generate(self, prompts, params):
+        import re
+
+        from verlog.agent.formats import tool_call_text
+
+        self.batches.append(len(prompts))
+        out = []
+        for ids in prompts:
+            text = self.tok.decode(ids)
+            responses = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", text)
+            reply = (f"ANSWER: {responses[-1]}" if responses else
+                     tool_call_text("calculate", {"expression": re.findall(r"What is (.*?)\?", text)[-1]}))
+            gen = self.tok.encode(reply, add_special_tokens=False) + [self.tok.eos_token_id]
+            out.append(Generation(gen, [-0.5 - 0.01 * k for k in range(len(gen))], "stop"))
+        return out
+
+    def load_weights(self, named_tensors):  # pragma: no cover
+        pass
+
+
+def tool_collector(tok, engine, client=None, latency=0.0):
+    from verlog.agent import AgentLimits
+    from verlog.agent.tasks import make_agent_task, with_tool_latency
+    from verlog.rollout.conversations import ToolLoopCollector
+
+    task = with_tool_latency(make_agent_task("calculator", max_operand=20), latency)
+    limits = AgentLimits(max_response_tokens=64, max_total_tokens=1024, max_assistant_turns=3)
+    return ToolLoopCollector(task, engine, tok, limits, num_envs=6, group_size=1, seed=3, pad_id=tok.pad_token_id,
+                             sampling=SamplingParams(), client=client)
+
+
+def test_tool_loop_on_the_server_gives_the_batch_of_the_direct_path(calc_tok):
+    direct_batch, direct_stats = tool_collector(calc_tok, CalculatorOracle(calc_tok)).collect()
+    served = CalculatorOracle(calc_tok)
+    client = EngineClient.over([served])
+    collector = tool_collector(calc_tok, None, client, latency=0.05)
+    with collector.weights_changing():
+        assert client.servers[0].gate.is_paused
+    assert not client.servers[0].gate.is_paused
+    batch, stats = collector.collect()
+    collector.close()
+    assert not client.servers[0].running
+    for key in ("prompt_ids", "response_ids", "behaviour_logprobs", "rewards", "terminated", "turn_mask"):
+        assert torch.equal(getattr(batch, key), getattr(direct_batch, key)), key
+    assert [e.success for e in stats.episodes] == [e.success for e in direct_stats.episodes] == [True] * 6
+    # 6 conversations x 2 turns = 12 requests; while the tools wait, their turns batch together
+    assert sum(served.batches) == 12 and len(served.batches) < 12
+    assert client.assigned == [6] and client.inflight == [0]
+
+
+def test_tool_latency_wraps_every_tool_and_waits_before_the_call():
+    from verlog.agent.tasks import make_agent_task, with_tool_latency
+    from verlog.tools import DelayedTool
+
+    task = make_agent_task("calculator", max_operand=20)
+    assert with_tool_latency(task, 0) is task
+    slow = with_tool_latency(task, 0.05)
+    conv = slow.start(slow.make_items(1, 0)[0])
+    tool = conv.tools[0]
+    assert isinstance(tool, DelayedTool) and tool.name == "calculate" and tool.seconds == 0.05
+
+    async def call():
+        instance = await tool.create()
+        tic = time.perf_counter()
+        result = await tool.execute(instance, {"expression": "2 + 3"})
+        await tool.release(instance)
+        return result.text, time.perf_counter() - tic
+
+    text, seconds = asyncio.run(call())
+    assert text == "5" and seconds >= 0.05
+    with pytest.raises(ValueError, match="seconds"):
+        with_tool_latency(task, -1.0)
+
+
+def test_lock_step_collector_on_a_served_engine_collects_the_same_turns(tmp_path):
+    """The real tiny model, sampled: the served lock-step collector makes the very engine calls (same
+    batches, same call seeds from the engine's stream) of the direct one."""
+    from helpers import COUNT_CORPUS, COUNT_TASK
+    from verlog.builders import decoder
+    from verlog.envs.vector import make_vector_env
+    from verlog.memory import WindowMemory
+    from verlog.models import load_tokenizer
+    from verlog.rollout.collector import FixedTurnCollector
+    from verlog.rollout.hf import HFEngine
+    from verlog.tiny_model import build_tiny_model
+
+    tiny = build_tiny_model(tmp_path / "m", COUNT_CORPUS, vocab_size=300, hidden_size=64, num_heads=1,
+                            intermediate_size=64)
+    tok = load_tokenizer(tiny)
+    sampling = SamplingParams(max_tokens=6, temperature=1.0, seed=None)
+
+    def collect(served: bool):
+        engine = HFEngine(tiny, tok, seed=5)
+        use = ServedEngine(EngineClient([EngineServer(engine)]).start()) if served else engine
+        venv = make_vector_env(COUNT_TASK, 3, seed=1, mode="sync", env_kwargs={"max_steps": 2})
+        memories = [WindowMemory(tok, history_turns=1, max_prompt_tokens=256) for _ in range(3)]
+        collector = FixedTurnCollector(venv, memories, use, decoder(tok), sampling, num_turns=3,
+                                       pad_id=tok.pad_token_id, seed=1)
+        try:
+            batch, _ = collector.collect()
+            with collector.weights_changing():  # paused and drained on the server
+                if served:
+                    assert use.client.servers[0].gate.is_paused
+                engine.load_weights(engine.model.named_parameters())
+            return batch
+        finally:
+            collector.close()
+
+    direct, served = collect(False), collect(True)
+    for key in ("prompt_ids", "response_ids", "behaviour_logprobs", "rewards", "terminated", "episode_ids"):
+        assert torch.equal(getattr(direct, key), getattr(served, key)), key
+    assert direct.bootstrap_prompts == served.bootstrap_prompts

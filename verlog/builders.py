@@ -14,7 +14,7 @@ from verlog import distributed as D
 from verlog.agent.loading import load_agent_fn
 from verlog.agent.loop import AgentLimits, ToolAgentLoop
 from verlog.agent.scripted import scripted_examples
-from verlog.agent.tasks import AgentTask, make_agent_task
+from verlog.agent.tasks import AgentTask, make_agent_task, with_tool_latency
 from verlog.algos.registry import AlgorithmSpec
 from verlog.config import MemoryConfig, RolloutConfig, TrainConfig
 from verlog.envs.vector import make_vector_env
@@ -28,6 +28,7 @@ from verlog.rollout.conversations import ProxyCollector, ToolLoopCollector
 from verlog.rollout.engine import RolloutEngine, SamplingParams
 from verlog.rollout.episodes import EpisodeCollector
 from verlog.rollout.records import EpisodeRecord
+from verlog.rollout.server import EngineClient, EngineServer, ServedEngine
 from verlog.tiny_model import build_tiny_model
 from verlog.training_models import train_top_layers
 from verlog.warmup import WarmupExample, collect_prompts, env_corpus, format_warmup
@@ -164,6 +165,8 @@ def make_collector(cfg: TrainConfig, spec: AlgorithmSpec, engine: RolloutEngine,
     group_size = cfg.algo.group_size if not spec.needs_critic else 1
     if uses_agent(cfg):
         return make_agent_collector(cfg, engine, tokenizer, pad_id=pad_id, seed=seed, group_size=group_size)
+    if cfg.rollout.server:  # the lock-step collectors send each turn's prompts as requests
+        engine = ServedEngine(engine_client(cfg, engine))
     venv = make_vector_env(cfg.env.task, cfg.env.num_envs, seed=seed, mode=cfg.env.vector_mode,
                            env_kwargs=cfg.env.env_kwargs(shaping_gamma=cfg.gae.gamma_step), step_timeout_s=cfg.env.step_timeout_s,
                            restart_attempts=cfg.env.restart_attempts, state_keys=spec.needs_state_keys)
@@ -276,10 +279,18 @@ def make_agent_collector(cfg: TrainConfig, engine: Any, tokenizer: Any, *, pad_i
     common = dict(num_envs=cfg.env.num_envs, group_size=group_size, seed=seed, pad_id=pad_id,
                   sampling=sampling_params(cfg.rollout))
     if cfg.agent.loop == "tools":
-        return ToolLoopCollector(agent_task(cfg), engine, tokenizer, agent_limits(cfg), **common)
+        task = with_tool_latency(agent_task(cfg), cfg.agent.tool_latency_s)
+        client = engine_client(cfg, engine) if cfg.rollout.server else None
+        return ToolLoopCollector(task, engine, tokenizer, agent_limits(cfg), client=client, **common)
     return ProxyCollector(agent_task(cfg), engine, tokenizer, load_agent_fn(cfg.agent.agent),
                           max_response_tokens=cfg.rollout.max_response_tokens, credit=cfg.agent.credit,
                           gamma=cfg.agent.credit_gamma, **common)
+
+
+def engine_client(cfg: TrainConfig, engine: RolloutEngine) -> EngineClient:
+    """``rollout.server``: a started client over one :class:`~verlog.rollout.server.EngineServer` on
+    this rank's engine (``rollout.server_max_batch`` prompts per call at most); the collector stops it."""
+    return EngineClient([EngineServer(engine, max_batch=cfg.rollout.server_max_batch)]).start()
 
 
 def evaluate_agent(cfg: TrainConfig, collector: ToolLoopCollector | ProxyCollector, *, greedy: bool,

@@ -159,6 +159,8 @@ class AgentConfig:
     credit: str = _f("gae", "loop proxy: the reward over a rollout's calls: gae (on the last call; GAE and the "
                             "critic spread it), final (on every call) or discounted")
     credit_gamma: float = _f(1.0, "loop proxy, credit discounted: the discount per call")
+    tool_latency_s: float = _f(0.0, "loop tools: seconds every tool call waits before it runs (an injected latency, "
+                                    "as of a remote tool; for benchmarks and tests)")
 
     def task_kwargs(self) -> dict[str, Any]:
         """The keys of the built-in task ``task`` (calculator: ``max_operand``; search: ``top_k``), for
@@ -206,6 +208,11 @@ class RolloutConfig:
                                 "corrects, ppo.behaviour_weight_cap)")
     vllm_sleep_between_updates: bool = _f(False, "vLLM: sleep mode (level 1) during each update: KV cache freed, weights "
                                                  "offloaded to host memory; CUDA/ROCm/XPU only, not yet run on a GPU")
+    server: bool = _f(False, "generate through an engine server (verlog/rollout/server.py): the engine in its own thread, "
+                             "each request batched with whatever others wait (grouped by sampling parameters), "
+                             "requests paused and drained around weight loads; agent.loop tools: the conversations' "
+                             "turns are requests; text envs: each turn's prompts are requests (lock-step as before)")
+    server_max_batch: int = _f(64, "rollout.server: most prompts per engine call")
 
 
 @dataclass

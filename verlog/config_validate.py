@@ -43,7 +43,7 @@ _POSITIVE = (
     "model.tiny.num_layers", "model.tiny.num_heads", "model.tiny.num_kv_heads", "model.tiny.intermediate_size",
     "model.tiny.corpus_episodes", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_tensor_parallel_size",
     "algo.group_size", "algo.std_eps", "algo.overlong_cache_tokens", "agent.max_assistant_turns",
-    "agent.max_total_tokens", "agent.max_tool_response_chars", "memory.summary_turns",
+    "agent.max_total_tokens", "agent.max_tool_response_chars", "memory.summary_turns", "rollout.server_max_batch",
 )
 _NON_NEGATIVE = (
     "memory.history_turns", "ppo.critic_warmup_iterations", "ppo.max_skipped_steps", "format_warmup.steps", "checkpoint_every",
@@ -53,7 +53,7 @@ _NON_NEGATIVE = (
     "eval.every", "ppo.entropy_coef", "ppo.kl_coef", "ppo.clip_low", "ppo.clip_high", "rollout.temperature",
     "ppo.weight_decay", "ppo.value_coef", "seed", "eval.seed", "model.tiny.seed", "format_warmup.episodes",
     "rollout.vllm_cpu_kv_cache_gb", "model.value_head_init_std", "algo.gigpo_omega", "algo.overlong_penalty_factor",
-    "env.distance_shaping",
+    "env.distance_shaping", "agent.tool_latency_s",
 )
 #: Optional keys that must be positive when set.
 _POSITIVE_OR_NONE = ("ppo.target_kl", "ppo.value_clip", "env.step_timeout_s", "env.max_steps")
@@ -131,6 +131,9 @@ def _cross_field_problem(cfg: Any) -> str | None:
     if rollout.vllm_sleep_between_updates and rollout.engine != "vllm":
         return ("rollout.vllm_sleep_between_updates: needs rollout.engine=vllm "
                 f"(got {rollout.engine!r}, which has no sleep mode)")
+    if rollout.server and cfg.agent.loop == "proxy":
+        return ("rollout.server: the proxy batches its own requests; use it with agent.loop env or tools, "
+                "got agent.loop=proxy")
     if rollout.top_k != -1 and rollout.top_k < 1:
         return f"rollout.top_k: expected -1 (off) or a positive int, got {rollout.top_k}"
     if tiny.hidden_size % tiny.num_heads or tiny.num_heads % tiny.num_kv_heads or (tiny.hidden_size // tiny.num_heads) % 2:

@@ -9,13 +9,14 @@ class in TRL's convention (:mod:`verlog.agent.class_task`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from verlog.agent import calculator, search, search_world
 from verlog.imports import is_import_path
+from verlog.tools.delay import DelayedTool
 
-__all__ = ["AgentTask", "AGENT_TASKS", "Conversation", "make_agent_task"]
+__all__ = ["AgentTask", "AGENT_TASKS", "Conversation", "make_agent_task", "with_tool_latency"]
 
 
 @dataclass(frozen=True)
@@ -122,3 +123,22 @@ def make_agent_task(name: str, **kwargs: Any) -> AgentTask:
         return class_task(name, **kwargs)
     raise KeyError(f"unknown agent task {name!r}; known: {', '.join(sorted(AGENT_TASKS))}, or an import path "
                    "package.module:Class")
+
+
+def with_tool_latency(task: AgentTask, seconds: float) -> AgentTask:
+    """``task`` whose every tool call first waits ``seconds`` (:class:`~verlog.tools.delay.DelayedTool`,
+    ``agent.tool_latency_s``); ``seconds == 0`` returns ``task`` itself.
+
+    Raises:
+        ValueError: ``seconds`` negative or not finite.
+    """
+    if not 0.0 <= float(seconds) < float("inf"):
+        raise ValueError(f"tool latency must be a finite number of seconds >= 0, got {seconds!r}")
+    if seconds == 0:
+        return task
+
+    def start(item: Any) -> Conversation:
+        conv = task.start(item)
+        return replace(conv, tools=[DelayedTool(tool, seconds) for tool in conv.tools])
+
+    return replace(task, start=start)

@@ -10,7 +10,6 @@ a terminated one needs none.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any, Callable, ContextManager
 
 from verlog.batch import TurnBatch
@@ -18,6 +17,7 @@ from verlog.envs.replay import env_states, restore_env_states
 from verlog.rollout.engine import RolloutEngine, SamplingParams
 from verlog.rollout.records import CollectStats
 from verlog.rollout.runner import Memory, Slot, generate_turn, play_turn, vector_reset, vector_step
+from verlog.rollout.server import close_served, weights_pause
 
 __all__ = ["FixedTurnCollector"]
 
@@ -173,9 +173,11 @@ class FixedTurnCollector:
                                  "(the environment is not deterministic given its seed and replies)")
 
     def weights_changing(self) -> ContextManager[None]:
-        """Nothing to hold while the trainer loads new weights: collection runs in the trainer's thread."""
-        return nullcontext()
+        """Nothing to hold while the trainer loads new weights (collection runs in the trainer's
+        thread), except on engine servers (``rollout.server``): their pause and drain."""
+        return weights_pause(self.engine)
 
     def close(self) -> None:
-        """Close the vector env."""
+        """Close the vector env (and stop the engine servers, if any)."""
         self.venv.close()
+        close_served(self.engine)

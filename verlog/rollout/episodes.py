@@ -14,7 +14,6 @@ Nothing is in flight between calls, so the collector's state is the round counte
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any, Callable, ContextManager
 
 from verlog.batch import TurnBatch
@@ -22,6 +21,7 @@ from verlog.envs.groups import STATE_KEY_INFO, group_seeds
 from verlog.rollout.engine import RolloutEngine, SamplingParams
 from verlog.rollout.records import CollectStats
 from verlog.rollout.runner import Memory, Slot, generate_turn, play_turn, vector_reset, vector_step
+from verlog.rollout.server import close_served, weights_pause
 
 __all__ = ["EpisodeCollector"]
 
@@ -142,9 +142,11 @@ class EpisodeCollector:
         self._next_episode_id = int(state["next_episode_id"])
 
     def weights_changing(self) -> ContextManager[None]:
-        """Nothing to hold while the trainer loads new weights: collection runs in the trainer's thread."""
-        return nullcontext()
+        """Nothing to hold while the trainer loads new weights (collection runs in the trainer's
+        thread), except on engine servers (``rollout.server``): their pause and drain."""
+        return weights_pause(self.engine)
 
     def close(self) -> None:
-        """Close the vector env."""
+        """Close the vector env (and stop the engine servers, if any)."""
         self.venv.close()
+        close_served(self.engine)

@@ -34,8 +34,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Future
-from contextlib import ExitStack, contextmanager
-from typing import Any, Hashable, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager, nullcontext
+from typing import Any, ContextManager, Hashable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -43,7 +43,7 @@ from verlog.proxy.gate import PauseGate
 from verlog.proxy.worker import GenerationWorker
 from verlog.rollout.engine import Generation, RolloutEngine, SamplingParams
 
-__all__ = ["EngineServer", "EngineClient", "SessionEngine", "ServedEngine"]
+__all__ = ["EngineServer", "EngineClient", "SessionEngine", "ServedEngine", "close_served", "weights_pause"]
 
 
 class EngineServer:
@@ -163,6 +163,27 @@ class EngineServer:
             raise RuntimeError(f"{self.name}: the engine server is not running")
         return asyncio.run_coroutine_threadsafe(self._serve(list(prompt_ids), params), loop)
 
+    def submit_many(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> "list[Future[Generation]]":
+        """Queue several requests at once, from any thread: the worker sees them together, so when it is
+        free and they are at most ``max_batch`` they share one engine call, in order (a lock-step
+        collector's turn is then the engine call it was without the server).
+
+        Raises:
+            RuntimeError: the server is not running.
+        """
+        loop = self._loop
+        if loop is None or not self.running:
+            raise RuntimeError(f"{self.name}: the engine server is not running")
+        futures: list[Future[Generation]] = [Future() for _ in prompts]
+
+        def enqueue() -> None:  # in the server's loop: every task is created before the worker runs again
+            for prompt, future in zip(prompts, futures):
+                task = loop.create_task(self._serve(list(prompt), params))
+                _chain(task, future)
+
+        loop.call_soon_threadsafe(enqueue)
+        return futures
+
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
         """The engine's generation for one prompt, awaited from any event loop.
 
@@ -214,6 +235,28 @@ class EngineServer:
         """Load new weights into the engine between requests (:meth:`paused` around the load)."""
         with self.paused():
             self.engine.load_weights(named_tensors)
+
+
+def _chain(task: "asyncio.Task[Generation]", future: "Future[Generation]") -> None:
+    """Copy ``task``'s outcome into the thread-safe ``future``; cancelling the future cancels the task."""
+    loop = task.get_loop()
+
+    def copy(done: "asyncio.Task[Generation]") -> None:
+        if future.cancelled():
+            return
+        if done.cancelled():
+            future.cancel()
+        elif done.exception() is not None:
+            future.set_exception(done.exception())
+        else:
+            future.set_result(done.result())
+
+    def cancel(done: "Future[Generation]") -> None:
+        if done.cancelled():
+            loop.call_soon_threadsafe(task.cancel)
+
+    task.add_done_callback(copy)
+    future.add_done_callback(cancel)
 
 
 class SessionEngine:
@@ -331,6 +374,29 @@ class EngineClient:
         future.add_done_callback(lambda _: self._done(index))
         return future
 
+    def submit_many(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                    sessions: Sequence[Hashable]) -> "list[Future[Generation]]":
+        """Queue ``prompts[j]`` as session ``sessions[j]``, each server's share at once
+        (:meth:`EngineServer.submit_many`); futures in the order of ``prompts``.
+
+        Raises:
+            RuntimeError: a chosen server is not running.
+        """
+        chosen = [self._pick(session) for session in sessions[: len(prompts)]]
+        futures: list[Future[Generation] | None] = [None] * len(prompts)
+        try:
+            for index in sorted(set(chosen)):
+                mine = [j for j, k in enumerate(chosen) if k == index]
+                for j, future in zip(mine, self.servers[index].submit_many([prompts[j] for j in mine], params)):
+                    futures[j] = future
+        finally:
+            for j, index in enumerate(chosen):
+                if futures[j] is None:
+                    self._done(index)
+                else:
+                    futures[j].add_done_callback(lambda _, i=index: self._done(i))  # type: ignore[union-attr]
+        return futures  # type: ignore[return-value]
+
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams, *,
                        session: Hashable | None = None) -> Generation:
         """One prompt's generation on the session's server (a new session: the least loaded one),
@@ -370,8 +436,10 @@ class EngineClient:
 class ServedEngine:
     """The synchronous rollout-engine interface over an :class:`EngineClient`, for the lock-step
     collectors (:class:`~verlog.rollout.collector.FixedTurnCollector`,
-    :class:`~verlog.rollout.episodes.EpisodeCollector`): one call's prompts are sent as concurrent
-    requests, prompt ``j`` as session ``j`` (an env slot keeps its server across turns).
+    :class:`~verlog.rollout.episodes.EpisodeCollector`): one call's prompts are sent together
+    (:meth:`EngineClient.submit_many`), prompt ``j`` as session ``j`` (an env slot keeps its server
+    across turns). On one server with at most ``max_batch`` prompts per call and no other clients, the
+    engine calls are the ones the collector made without the server.
 
     Call it from any thread but a server's, never from a running event loop.
 
@@ -388,7 +456,7 @@ class ServedEngine:
         Raises:
             Exception: the first error of a prompt (the other prompts' generations are dropped).
         """
-        futures = [self.client.submit(p, params, session=j) for j, p in enumerate(prompts)]
+        futures = self.client.submit_many(prompts, params, range(len(prompts)))
         try:
             return [future.result() for future in futures]
         finally:
@@ -406,3 +474,16 @@ class ServedEngine:
     def close(self) -> None:
         """Stop the servers."""
         self.client.stop()
+
+
+def weights_pause(engine: Any) -> ContextManager[Any]:
+    """What a lock-step collector holds while the trainer loads new weights: a :class:`ServedEngine`'s
+    pause and drain of its servers, nothing for a plain engine (its generation runs in the trainer's
+    thread)."""
+    return engine.paused() if isinstance(engine, ServedEngine) else nullcontext()
+
+
+def close_served(engine: Any) -> None:
+    """Stop a :class:`ServedEngine`'s servers; a plain engine is left as it is (the trainer owns it)."""
+    if isinstance(engine, ServedEngine):
+        engine.close()

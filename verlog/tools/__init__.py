@@ -3,6 +3,7 @@ from annotations and a Google-style docstring), an object's public methods as to
 (:mod:`verlog.tools.methods`), :class:`ToolRegistry` and YAML tool files."""
 
 from verlog.tools.base import BaseTool, ToolError, ToolResult
+from verlog.tools.delay import DelayedTool
 from verlog.tools.function import FunctionTool, function_tool
 from verlog.tools.methods import MethodTool, method_tools, tool_method_names
 from verlog.tools.registry import ToolConfigError, ToolRegistry, load_tool, load_tools_yaml
@@ -10,6 +11,7 @@ from verlog.tools.schema import annotation_schema, parse_docstring, validate_arg
 
 __all__ = [
     "BaseTool",
+    "DelayedTool",
     "FunctionTool",
     "MethodTool",
     "ToolConfigError",
