@@ -1,7 +1,7 @@
 """Server-based asynchronous rollout (``rollout.server``): collection turns/s through an engine server
 against the direct path, timed in pairs.
 
-    python benchmarks/bench_async_rollout.py [--pairs 3 --tool-envs 64 --envs 32 --turns 16 --threads 1] [--quick]
+    python benchmarks/bench_async_rollout.py [--pairs 3 --tool-envs 64 --envs 32 --turns 16 --threads 1] [--quick] [key=value ...]
 
 Two figures, each the median over pairs of served turns/s / direct turns/s (:mod:`paired`; one untimed
 pair first; side A is the served one, B the direct one, so the ratio is A's rate / B's rate):
@@ -100,7 +100,8 @@ def tools_figures(cfg: TrainConfig, latency: float, pairs: int) -> tuple[Any, An
     task = with_tool_latency(agent_task(cfg), latency)
     common = dict(num_envs=cfg.env.num_envs, group_size=1, seed=cfg.seed, pad_id=int(tok.pad_token_id),
                   sampling=sampling_params(cfg.rollout))
-    client = EngineClient([EngineServer(engines[0], max_batch=cfg.rollout.server_max_batch)]).start()
+    client = EngineClient([EngineServer(engines[0], max_batch=cfg.rollout.server_max_batch,
+                                       linger_s=cfg.rollout.server_linger_s)]).start()
     served = ToolLoopCollector(task, None, tok, agent_limits(cfg), client=client, **common)
     direct = ToolLoopCollector(task, engines[1], tok, agent_limits(cfg), **common)
     unbatched = ToolLoopCollector(task, engines[2], tok, agent_limits(cfg), max_batch=1, **common)
@@ -126,7 +127,8 @@ def babyai_figure(cfg: TrainConfig, pairs: int) -> tuple[Any, int]:
                                   sampling_params(cfg.rollout), cfg.rollout.turns_per_env, int(tok.pad_token_id),
                                   seed=cfg.seed)
 
-    client = EngineClient([EngineServer(HFEngine(path, tok, seed=cfg.seed), max_batch=cfg.rollout.server_max_batch)])
+    client = EngineClient([EngineServer(HFEngine(path, tok, seed=cfg.seed), max_batch=cfg.rollout.server_max_batch,
+                                       linger_s=cfg.rollout.server_linger_s)])
     served, direct = collector(ServedEngine(client.start())), collector(HFEngine(path, tok, seed=cfg.seed))
     try:
         times = interleave(lambda: timed_turns(served.collect), lambda: timed_turns(direct.collect), pairs=pairs)
@@ -145,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=("tools", "babyai"), default=None, help="run one figure only")
     add_common_args(p, pairs=3)
     p.add_argument("--quick", action="store_true", help="16 conversations; 8 sync babyai envs x 4 turns; 1 pair")
+    p.add_argument("overrides", nargs="*", help="more overrides of both recipes, key=value (e.g. rollout.server_linger_s=0)")
     args = p.parse_args(argv)
     sync = []
     if args.quick:
@@ -152,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         sync = ["env.vector_mode=sync"]
     torch.set_num_threads(args.threads)
     if args.only in (None, "tools"):
-        cfg = load_recipe("calculator_tools", [f"threads={args.threads}", f"env.num_envs={args.tool_envs}"])
+        cfg = load_recipe("calculator_tools", [f"threads={args.threads}", f"env.num_envs={args.tool_envs}",
+                                               *args.overrides])
         batched, single, turns, per_call = tools_figures(cfg, args.latency, args.pairs)
         served, direct, one = (1 / spread(t).median for t in (batched.a, batched.b, single.b))
         print(f"bench_async_rollout tools: calculator, {args.tool_envs} conversations ({turns} turns) a round, "
@@ -166,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                          args.threads), None)
     if args.only in (None, "babyai"):
         cfg = load_recipe("tiny", [f"threads={args.threads}", f"env.num_envs={args.envs}",
-                                   f"rollout.turns_per_env={args.turns}", *sync])
+                                   f"rollout.turns_per_env={args.turns}", *sync, *args.overrides])
         times, turns = babyai_figure(cfg, args.pairs)
         served, direct = 1 / spread(times.a).median, 1 / spread(times.b).median
         print(f"bench_async_rollout babyai: {cfg.env.task}, {args.envs} envs x {args.turns} turns a batch "

@@ -112,6 +112,31 @@ def test_an_engine_error_reaches_only_the_caller_whose_prompt_failed():
         assert server.submit([7], P).result(5).token_ids == [8, 9, 10]  # the server goes on
 
 
+def test_linger_gathers_requests_that_arrive_one_by_one_but_not_after_a_flush():
+    engine = FakeEngine()
+    with EngineServer(engine, linger_s=0.3) as server:
+        futures = []
+        for k in range(4):  # 4 requests 20 ms apart reach an idle server
+            futures.append(server.submit([k + 20], P))
+            time.sleep(0.02)
+        assert [f.result(5).token_ids for f in futures] == [expected([k + 20])[0] for k in range(4)]
+        assert [len(c) for c in engine.calls] == [4]
+        tic = time.monotonic()
+        lock_step = server.submit_many([[1], [2], [3]], P)  # the last one flushes: no waiting
+        assert [f.result(5).token_ids[0] for f in lock_step] == [2, 3, 4]
+        assert time.monotonic() - tic < 0.25 and [len(c) for c in engine.calls] == [4, 3]
+    eager = FakeEngine(hold=True)
+    with EngineServer(eager) as server:  # no linger: the first request goes alone
+        first = server.submit([1], P)
+        assert eager.entered.wait(5)
+        rest = [server.submit([k], P) for k in (2, 3)]
+        eager.release.set()
+        [f.result(5) for f in [first, *rest]]
+    assert [len(c) for c in eager.calls] == [1, 2]
+    with pytest.raises(ValueError, match="linger_s"):
+        EngineServer(engine, linger_s=-1.0)
+
+
 def test_generate_is_awaitable_from_another_event_loop_and_keeps_order():
     engine = FakeEngine()
 
@@ -401,3 +426,30 @@ def test_lock_step_collector_on_a_served_engine_collects_the_same_turns(tmp_path
     for key in ("prompt_ids", "response_ids", "behaviour_logprobs", "rewards", "terminated", "episode_ids"):
         assert torch.equal(getattr(direct, key), getattr(served, key)), key
     assert direct.bootstrap_prompts == served.bootstrap_prompts
+
+
+# ------------------------------------------------------------------------------ the trainer
+SMALL = ["iterations=3", "ppo.critic_warmup_iterations=1", "env.num_envs=4", "env.vector_mode=sync",
+         "rollout.turns_per_env=4", "ppo.minibatches=2", "ppo.micro_batch_size=4", "format_warmup.steps=10",
+         "format_warmup.episodes=2", "model.tiny.corpus_episodes=4", "eval.episodes=2", "eval.num_envs=2",
+         "eval.baseline=false", "env.max_steps=12", "logging.progress=false", "checkpoint_every=0"]
+
+
+def test_a_training_run_on_the_server_is_the_direct_run(tmp_path):
+    """rollout.server on a text env: the same engine calls, so the same sampled turns, updates and
+    metrics as without it; the weights loaded after each update reach the served engine."""
+    from helpers import train_cli
+    from verlog.logging import read_metrics
+
+    common = [*SMALL, f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}"]
+    train_cli("tiny", *common, "name=direct")
+    train_cli("tiny", *common, "name=served", "rollout.server=true", "rollout.server_max_batch=4")
+
+    def rows(name):
+        return [{k: v for k, v in r.items() if not k.startswith(("time/", "turns_per_second"))}
+                for r in read_metrics(tmp_path / name / "metrics.jsonl")]
+
+    direct, served = rows("direct"), rows("served")
+    assert len(direct) == len(served) == 3
+    for a, b in zip(direct, served):
+        assert a == b

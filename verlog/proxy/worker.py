@@ -14,6 +14,12 @@ request waits for one round of chunks, not for every generation before it to fin
 the same model's, each conditioned on exactly the ids before it, so ids and logprobs keep their meaning;
 the ids of one request are those of one call per chunk (an engine samples each chunk with its own
 call seed; a request's ``seed`` seeds its first chunk and, mixed with the chunk's index, the later ones).
+
+With ``linger_s`` set, the worker does not start an engine call on what happens to be waiting: it keeps
+taking requests as long as each next one arrives within ``linger_s`` of the one before (until
+``max_batch``) or one of them is marked ``flush`` (its caller knows nothing more is coming, e.g. the
+last prompt of a lock-step turn). Callers in other threads (an engine server's) otherwise hand the
+worker their first request alone while the others are still being prepared, and the batch splits in two.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class _Job:
     prompt: list[int]
     params: SamplingParams
     future: "asyncio.Future[Generation]"
+    flush: bool = False
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     chunks: int = 0
@@ -56,23 +63,29 @@ class GenerationWorker:
         max_batch: most prompts per engine call.
         chunk_tokens: most tokens per request per engine call (see the module docstring); None: a
             request's whole ``max_tokens`` in one call.
+        linger_s: seconds the worker waits for a next request before it calls the engine with fewer
+            than ``max_batch`` (see the module docstring); 0: it calls at once.
 
     Attributes:
         engine_calls: engine calls made.
         abandoned: requests dropped unfinished because their caller went away.
 
     Raises:
-        ValueError: ``max_batch`` or ``chunk_tokens`` < 1.
+        ValueError: ``max_batch`` or ``chunk_tokens`` < 1, or ``linger_s`` < 0.
     """
 
-    def __init__(self, engine: Any, max_batch: int = 64, chunk_tokens: int | None = None) -> None:
+    def __init__(self, engine: Any, max_batch: int = 64, chunk_tokens: int | None = None,
+                 linger_s: float = 0.0) -> None:
         if max_batch < 1:
             raise ValueError(f"GenerationWorker: max_batch must be >= 1, got {max_batch}")
         if chunk_tokens is not None and chunk_tokens < 1:
             raise ValueError(f"GenerationWorker: chunk_tokens must be >= 1 or None, got {chunk_tokens}")
+        if not 0.0 <= linger_s < float("inf"):
+            raise ValueError(f"GenerationWorker: linger_s must be a finite number >= 0, got {linger_s}")
         self.engine = engine
         self.max_batch = max_batch
         self.chunk_tokens = chunk_tokens
+        self.linger_s = linger_s
         self.engine_calls = 0
         self.abandoned = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -87,9 +100,10 @@ class GenerationWorker:
         assert self._queue is not None
         return self._queue
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, *, flush: bool = False) -> Generation:
         """The engine's generation for one prompt. Cancelling the caller drops the request from the
-        worker (before its next engine call when ``chunk_tokens`` is set).
+        worker (before its next engine call when ``chunk_tokens`` is set). ``flush``: do not linger
+        for more requests once this one is taken (``linger_s``).
 
         Raises:
             ValueError: the engine returned no token, logprobs of another length or a wrong count.
@@ -97,7 +111,7 @@ class GenerationWorker:
         """
         queue = self._ensure_started()
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
-        await queue.put(_Job(list(prompt_ids), params, future))
+        await queue.put(_Job(list(prompt_ids), params, future, flush))
         return await future
 
     async def close(self) -> None:
@@ -118,6 +132,13 @@ class GenerationWorker:
                     active.append(await queue.get())
                 while len(active) < self.max_batch and not queue.empty():
                     active.append(queue.get_nowait())
+                while self.linger_s and len(active) < self.max_batch and not any(j.flush for j in active):
+                    try:
+                        active.append(await asyncio.wait_for(queue.get(), self.linger_s))
+                    except asyncio.TimeoutError:
+                        break
+                    while len(active) < self.max_batch and not queue.empty():
+                        active.append(queue.get_nowait())
                 groups: dict[tuple[SamplingParams, int, int], list[_Job]] = {}
                 for job in active:
                     groups.setdefault(self._call_key(job), []).append(job)

@@ -58,20 +58,24 @@ class EngineServer:
     Args:
         engine: the synchronous rollout engine (``generate(prompts, params)``, ``load_weights``).
         max_batch: most prompts per engine call (>= 1).
+        linger_s: before an engine call with fewer than ``max_batch`` prompts, wait for more as long as
+            each next request comes within this many seconds of the one before (requests from other
+            threads arrive one by one; without it the first of a burst is generated alone).
         name: the server thread's name.
 
     Attributes:
         requests: requests served (answered with a generation or an error) so far.
 
     Raises:
-        ValueError: ``max_batch`` < 1.
+        ValueError: ``max_batch`` < 1 or ``linger_s`` < 0.
     """
 
-    def __init__(self, engine: RolloutEngine, *, max_batch: int = 64, name: str = "verlog-engine-server") -> None:
+    def __init__(self, engine: RolloutEngine, *, max_batch: int = 64, linger_s: float = 0.0,
+                 name: str = "verlog-engine-server") -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"EngineServer: max_batch must be a positive int, got {max_batch!r}")
         self.engine, self.max_batch, self.name = engine, max_batch, name
-        self.worker = GenerationWorker(engine, max_batch)
+        self.worker = GenerationWorker(engine, max_batch, linger_s=linger_s)
         self.gate: PauseGate | None = None
         self.requests = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -141,11 +145,11 @@ class EngineServer:
         """Requests admitted and not yet answered (0 while paused and drained)."""
         return self.gate.inflight if self.gate is not None else 0
 
-    async def _serve(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    async def _serve(self, prompt_ids: list[int], params: SamplingParams, flush: bool = False) -> Generation:
         assert self.gate is not None
         await self.gate.enter()
         try:
-            return await self.worker.generate(prompt_ids, params)
+            return await self.worker.generate(prompt_ids, params, flush=flush)
         finally:
             self.gate.leave()
             self.requests += 1
@@ -177,8 +181,8 @@ class EngineServer:
         futures: list[Future[Generation]] = [Future() for _ in prompts]
 
         def enqueue() -> None:  # in the server's loop: every task is created before the worker runs again
-            for prompt, future in zip(prompts, futures):
-                task = loop.create_task(self._serve(list(prompt), params))
+            for j, (prompt, future) in enumerate(zip(prompts, futures)):  # the last one: nothing more is coming
+                task = loop.create_task(self._serve(list(prompt), params, flush=j == len(prompts) - 1))
                 _chain(task, future)
 
         loop.call_soon_threadsafe(enqueue)
@@ -310,11 +314,15 @@ class EngineClient:
         self._lock = threading.Lock()
 
     @classmethod
-    def over(cls, engines: Sequence[RolloutEngine], *, max_batch: int = 64) -> "EngineClient":
-        """A client over one started server per engine (each engine must be its own object)."""
+    def over(cls, engines: Sequence[RolloutEngine], *, max_batch: int = 64, linger_s: float = 0.0) -> "EngineClient":
+        """A client over one started server per engine (each engine must be its own object).
+
+        Raises:
+            ValueError: an engine given twice.
+        """
         if len({id(e) for e in engines}) != len(engines):
             raise ValueError("EngineClient.over: every server needs its own engine object")
-        return cls([EngineServer(e, max_batch=max_batch, name=f"verlog-engine-server-{i}").start()
+        return cls([EngineServer(e, max_batch=max_batch, linger_s=linger_s, name=f"verlog-engine-server-{i}").start()
                     for i, e in enumerate(engines)])
 
     def start(self) -> "EngineClient":
