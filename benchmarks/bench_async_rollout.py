@@ -100,8 +100,7 @@ def tools_figures(cfg: TrainConfig, latency: float, pairs: int) -> tuple[Any, An
     task = with_tool_latency(agent_task(cfg), latency)
     common = dict(num_envs=cfg.env.num_envs, group_size=1, seed=cfg.seed, pad_id=int(tok.pad_token_id),
                   sampling=sampling_params(cfg.rollout))
-    client = EngineClient([EngineServer(engines[0], max_batch=cfg.rollout.server_max_batch,
-                                       linger_s=cfg.rollout.server_linger_s)]).start()
+    client = EngineClient([EngineServer(engines[0], max_batch=cfg.rollout.server_max_batch)]).start()
     served = ToolLoopCollector(task, None, tok, agent_limits(cfg), client=client, **common)
     direct = ToolLoopCollector(task, engines[1], tok, agent_limits(cfg), **common)
     unbatched = ToolLoopCollector(task, engines[2], tok, agent_limits(cfg), max_batch=1, **common)
@@ -127,8 +126,7 @@ def babyai_figure(cfg: TrainConfig, pairs: int) -> tuple[Any, int]:
                                   sampling_params(cfg.rollout), cfg.rollout.turns_per_env, int(tok.pad_token_id),
                                   seed=cfg.seed)
 
-    client = EngineClient([EngineServer(HFEngine(path, tok, seed=cfg.seed), max_batch=cfg.rollout.server_max_batch,
-                                       linger_s=cfg.rollout.server_linger_s)])
+    client = EngineClient([EngineServer(HFEngine(path, tok, seed=cfg.seed), max_batch=cfg.rollout.server_max_batch)])
     served, direct = collector(ServedEngine(client.start())), collector(HFEngine(path, tok, seed=cfg.seed))
     try:
         times = interleave(lambda: timed_turns(served.collect), lambda: timed_turns(direct.collect), pairs=pairs)
@@ -147,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=("tools", "babyai"), default=None, help="run one figure only")
     add_common_args(p, pairs=3)
     p.add_argument("--quick", action="store_true", help="16 conversations; 8 sync babyai envs x 4 turns; 1 pair")
-    p.add_argument("overrides", nargs="*", help="more overrides of both recipes, key=value (e.g. rollout.server_linger_s=0)")
+    p.add_argument("overrides", nargs="*", help="more overrides of both recipes, key=value (e.g. rollout.server_max_batch=32)")
     args = p.parse_args(argv)
     sync = []
     if args.quick:

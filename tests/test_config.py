@@ -65,7 +65,6 @@ def test_text_that_yaml_reads_as_a_mapping_stays_text():
     (["env.text_style=fancy"], "env.text_style"),
     (["rollout.server=maybe"], "rollout.server"),
     (["rollout.server_max_batch=0"], "rollout.server_max_batch"),
-    (["rollout.server_linger_s=-1"], "rollout.server_linger_s"),
     (["rollout.server=true", "agent.loop=proxy"], "rollout.server"),
     (["agent.tool_latency_s=-0.1"], "agent.tool_latency_s"),
     (["noequals"], "noequals"),

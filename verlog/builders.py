@@ -289,10 +289,8 @@ def make_agent_collector(cfg: TrainConfig, engine: Any, tokenizer: Any, *, pad_i
 
 def engine_client(cfg: TrainConfig, engine: RolloutEngine) -> EngineClient:
     """``rollout.server``: a started client over one :class:`~verlog.rollout.server.EngineServer` on
-    this rank's engine (``rollout.server_max_batch`` prompts per call at most, lingering
-    ``rollout.server_linger_s`` for more); the collector stops it."""
-    r = cfg.rollout
-    return EngineClient([EngineServer(engine, max_batch=r.server_max_batch, linger_s=r.server_linger_s)]).start()
+    this rank's engine (``rollout.server_max_batch`` prompts per call at most); the collector stops it."""
+    return EngineClient([EngineServer(engine, max_batch=cfg.rollout.server_max_batch)]).start()
 
 
 def evaluate_agent(cfg: TrainConfig, collector: ToolLoopCollector | ProxyCollector, *, greedy: bool,

@@ -213,9 +213,6 @@ class RolloutConfig:
                              "requests paused and drained around weight loads; agent.loop tools: the conversations' "
                              "turns are requests; text envs: each turn's prompts are requests (lock-step as before)")
     server_max_batch: int = _f(64, "rollout.server: most prompts per engine call")
-    server_linger_s: float = _f(0.02, "rollout.server: before an engine call with fewer than server_max_batch prompts, "
-                                     "wait for more while each next request comes within this many seconds of the "
-                                     "one before (not after the last prompt of a lock-step turn; 0: call at once)")
 
 
 @dataclass

@@ -263,6 +263,29 @@ def _chain(task: "asyncio.Task[Generation]", future: "Future[Generation]") -> No
     future.add_done_callback(cancel)
 
 
+def _relay(source: "Future[Generation]", target: "asyncio.Future[Generation]",
+           loop: asyncio.AbstractEventLoop) -> None:
+    """Copy the thread-safe ``source``'s outcome into ``target`` of ``loop``; cancelling ``target``
+    (its caller went away) cancels ``source``, which drops the request."""
+
+    def copy(done: "Future[Generation]") -> None:
+        def settle() -> None:
+            if target.done():
+                return
+            if done.cancelled():
+                target.cancel()
+            elif done.exception() is not None:
+                target.set_exception(done.exception())  # type: ignore[arg-type]
+            else:
+                target.set_result(done.result())
+
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(settle)
+
+    source.add_done_callback(copy)
+    target.add_done_callback(lambda t: source.cancel() if t.cancelled() else None)
+
+
 class SessionEngine:
     """One trajectory's view of an :class:`EngineClient`: the rollout-engine interface that
     :class:`~verlog.agent.loop.ToolAgentLoop` calls, every request of the trajectory on one server.
@@ -311,6 +334,7 @@ class EngineClient:
         self.sent = [0] * len(self.servers)
         self._inflight = [0] * len(self.servers)
         self._sticky: dict[Hashable, int] = {}
+        self._bursts: dict[asyncio.AbstractEventLoop, list[Any]] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -410,11 +434,41 @@ class EngineClient:
         """One prompt's generation on the session's server (a new session: the least loaded one),
         awaited from any event loop.
 
+        The requests that the callers of one event loop make before that loop goes on to its next
+        round of ready callbacks are sent together (:meth:`submit_many`): conversations woken
+        together (their tool calls done) reach the server as one burst, which it batches as the
+        in-loop worker of the direct path would, instead of taking the first of them alone.
+
         Raises:
             RuntimeError: the chosen server is not running.
             Exception: what the server's engine raised for this prompt (only this caller gets it).
         """
-        return await asyncio.wrap_future(self.submit(prompt_ids, params, session=session))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Generation] = loop.create_future()
+        with self._lock:
+            burst = self._bursts.setdefault(loop, [])
+            if not burst:  # runs after the callbacks ready now: whoever else asks in this round joins
+                loop.call_soon(self._send_burst, loop)
+            burst.append((list(prompt_ids), params, session, future))
+        return await future
+
+    def _send_burst(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Send one event loop's waiting requests, one :meth:`submit_many` per sampling parameters."""
+        with self._lock:
+            burst = self._bursts.pop(loop, [])
+        groups: dict[SamplingParams, list[tuple[list[int], Hashable, asyncio.Future[Generation]]]] = {}
+        for prompt, params, session, future in burst:
+            groups.setdefault(params, []).append((prompt, session, future))
+        for params, items in groups.items():
+            try:
+                sent = self.submit_many([p for p, _, _ in items], params, [s for _, s, _ in items])
+            except Exception as exc:  # noqa: BLE001 - a server not running: its callers hear it
+                for _, _, future in items:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, _, future), done in zip(items, sent):
+                _relay(done, future, loop)
 
     def session(self, key: Hashable) -> SessionEngine:
         """The engine view of trajectory ``key`` (close it, or :meth:`release` the key, at its end)."""
