@@ -364,6 +364,59 @@ def test_tool_loop_on_the_server_gives_the_batch_of_the_direct_path(calc_tok):
     assert client.assigned == [6] and client.inflight == [0]
 
 
+class VersionedOracle(CalculatorOracle):
+    """The oracle whose logprobs name its weights' version (-1 - version); the first call waits for
+    ``release``; ``load_weights`` bumps the version."""
+
+    def __init__(self, tok):
+        super().__init__(tok)
+        self.version, self.entered, self.release = 0, threading.Event(), threading.Event()
+
+    def generate(self, prompts, params):
+        self.entered.set()
+        assert self.release.wait(10)
+        return [Generation(g.token_ids, [-1.0 - self.version] * len(g.token_ids), g.finish_reason)
+                for g in super().generate(prompts, params)]
+
+    def load_weights(self, named_tensors):
+        self.version += 1
+
+
+def test_weights_loaded_mid_round_wait_for_the_turns_in_flight_and_serve_the_rest(calc_tok):
+    engine = VersionedOracle(calc_tok)
+    collector = tool_collector(calc_tok, None, EngineClient.over([engine]), latency=0.05)
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(out=collector.collect()))
+    worker.start()
+    try:
+        assert engine.entered.wait(10)  # the first turns are in the engine
+        loaded = threading.Event()
+
+        def sync():
+            with collector.weights_changing():
+                engine.load_weights([])
+            loaded.set()
+
+        syncer = threading.Thread(target=sync)
+        syncer.start()
+        wait_for(lambda: collector.client.servers[0].gate.is_paused)
+        time.sleep(0.02)
+        assert engine.version == 0  # the load waits for the turns in flight
+        engine.release.set()
+        syncer.join(10)
+        worker.join(20)
+    finally:
+        engine.release.set()
+        collector.close()
+    assert loaded.is_set() and "out" in result
+    batch, stats = result["out"]
+    assert [e.success for e in stats.episodes] == [True] * 6
+    first, second = batch.behaviour_logprobs[0], batch.behaviour_logprobs[1]
+    mask = batch.response_mask
+    # each turn keeps the logprobs of the weights that sampled it: first turns old, second turns new
+    assert first[mask[0]].eq(-1.0).all() and second[mask[1]].eq(-2.0).all()
+
+
 def test_tool_latency_wraps_every_tool_and_waits_before_the_call():
     from verlog.agent.tasks import make_agent_task, with_tool_latency
     from verlog.tools import DelayedTool

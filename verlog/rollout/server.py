@@ -20,6 +20,9 @@ each turn's logprobs are those of the policy that sampled it.
 An :class:`EngineClient` spreads requests over several servers (one per data-parallel group): a new
 trajectory goes to the server with the fewest requests in flight, and every later request of the same
 trajectory (same session key) to that server again, so an engine with a prefix cache reuses it.
+Its ``generate`` sends the requests that the callers of one event loop make in one round of that
+loop together, so conversations woken together reach a server as one burst and share its next engine
+call, as they would share the call of a worker running in their own loop.
 :meth:`EngineClient.session` gives the per-trajectory engine view that
 :class:`~verlog.agent.loop.ToolAgentLoop` calls; :class:`ServedEngine` the synchronous
 ``generate(prompts, params)`` of a :class:`~verlog.rollout.engine.RolloutEngine` for the lock-step
