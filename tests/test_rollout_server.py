@@ -187,6 +187,20 @@ def test_a_pause_that_cannot_drain_in_time_is_undone():
         assert stuck.result(5).token_ids == [2, 3, 4]
 
 
+def test_a_caller_that_goes_away_drops_its_request():
+    engine = FakeEngine(hold=True)
+    with EngineServer(engine) as server:
+        first = server.submit([1], P)
+        assert engine.entered.wait(5)
+        gone, kept = server.submit_many([[2], [3]], P)
+        wait_for(lambda: server.inflight == 3)
+        assert gone.cancel()
+        wait_for(lambda: server.inflight == 2)
+        engine.release.set()
+        assert kept.result(5).token_ids == [4, 5, 6] and first.result(5).token_ids == [2, 3, 4]
+    assert engine.calls == [[[1]], [[3]]]  # the cancelled prompt never reached the engine
+
+
 def test_stop_cancels_waiting_requests_and_refuses_new_ones():
     engine = FakeEngine(hold=True)
     server = EngineServer(engine).start()

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any, ContextManager, Hashable, Iterable, Iterator, Sequence
 
@@ -67,7 +67,7 @@ class EngineServer:
         name: the server thread's name.
 
     Attributes:
-        requests: requests served (answered with a generation or an error) so far.
+        requests: requests that have left the server so far (answered, failed or cancelled).
 
     Raises:
         ValueError: ``max_batch`` < 1 or ``linger_s`` < 0.
@@ -249,14 +249,16 @@ def _chain(task: "asyncio.Task[Generation]", future: "Future[Generation]") -> No
     loop = task.get_loop()
 
     def copy(done: "asyncio.Task[Generation]") -> None:
-        if future.cancelled():
-            return
         if done.cancelled():
             future.cancel()
-        elif done.exception() is not None:
-            future.set_exception(done.exception())
-        else:
-            future.set_result(done.result())
+            return
+        try:
+            if done.exception() is not None:
+                future.set_exception(done.exception())
+            else:
+                future.set_result(done.result())
+        except InvalidStateError:  # the caller cancelled it meanwhile
+            pass
 
     def cancel(done: "Future[Generation]") -> None:
         if done.cancelled():
