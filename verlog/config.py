@@ -143,8 +143,9 @@ class AgentConfig:
 
     loop: str = _f("env", "env: text environments; tools: the built-in tool-calling loop on agent.task; proxy: "
                           "the agent function agent.agent talking to an OpenAI-compatible proxy")
-    task: str = _f("calculator", "tool task of loop tools/proxy (calculator, search), or loop tools: an environment class "
-                                 "package.module:Class in TRL's convention (docs/agents.md)")
+    task: str = _f("calculator", "tool task of loop tools/proxy (calculator, search); loop tools: an environment class "
+                                 "package.module:Class in TRL's convention; loop proxy: a row function "
+                                 "package.module:rows whose rows the agent plays (docs/agents.md)")
     dataset: Optional[str] = _f(None, "agent.task a class: its rows, package.module:name of a function (n, seed) -> "
                                       "rows or a list of rows, each a dict with a prompt; None: reset() writes "
                                       "the prompt")
