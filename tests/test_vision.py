@@ -324,16 +324,16 @@ def test_config_rules_tie_image_modes_to_the_vision_memory():
     cfg.env.observation_mode = "image"
     assert first_problem(cfg).startswith("env.observation_mode:")
     cfg.memory.type = "vision"
-    cfg.format_warmup.steps = 0
     assert first_problem(cfg) is None
-    cfg.format_warmup.steps = 10
-    assert first_problem(cfg).startswith("format_warmup.steps:")
+    cfg.env.task = "sokoban/easy"
+    assert first_problem(cfg).startswith("env.observation_mode:")
+    cfg.env.task = "babyai/easy_goto"
     cfg.env.observation_mode = "text"
     assert first_problem(cfg).startswith("memory.type:")
 
 
 # ---------------------------------------------------------------- two PPO iterations
-SMALL = ["iterations=2", "ppo.critic_warmup_iterations=0", "env.num_envs=4", "env.vector_mode=sync",
+SMALL = ["iterations=2", "ppo.critic_warmup_iterations=0", "format_warmup.steps=5", "format_warmup.episodes=2", "env.num_envs=4", "env.vector_mode=sync",
          "rollout.turns_per_env=4", "ppo.minibatches=2", "ppo.micro_batch_size=4", "model.tiny.corpus_episodes=4",
          "eval.episodes=2", "eval.num_envs=2", "env.max_steps=8", "logging.progress=false", "eval.baseline=false",
          "logging.dump_batch_every=1"]
@@ -357,7 +357,8 @@ def test_two_ppo_iterations_of_the_tiny_vl_recipe(tmp_path):
     assert len(batch.images) == 16 and batch.bootstrap_images  # every turn's prompt had its image
     ckpt = run / "checkpoints" / "iter_000002"
     assert (ckpt / "actor" / "preprocessor_config.json").is_file()
-    before = load_file(str(tmp_path / "cache" / "tiny-vl-babyai-easy_goto" / "model.safetensors"))
+    before = load_file(str(run / "format_warmup" / "model.safetensors"))
+    assert (run / "format_warmup" / "preprocessor_config.json").is_file()
     after = load_file(str(ckpt / "actor" / "model.safetensors"))
     visual = [k for k in before if k.startswith("visual.")]
     assert visual and any(not torch.equal(before[k], after[k]) for k in visual)  # the vision tower trained

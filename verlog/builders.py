@@ -30,6 +30,7 @@ from verlog.rollout.episodes import EpisodeCollector
 from verlog.rollout.records import EpisodeRecord
 from verlog.tiny_model import build_tiny_model, build_tiny_vl_model
 from verlog.training_models import train_top_layers
+from verlog.vision import copy_image_processor
 from verlog.warmup import WarmupExample, collect_prompts, env_corpus, format_warmup
 
 
@@ -152,6 +153,7 @@ def run_format_warmup(cfg: TrainConfig, tokenizer: Any, make_memory: Callable[[]
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        copy_image_processor(tokenizer, tmp)  # a vision-language model's processor
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
         seconds = time.perf_counter() - tic

@@ -244,8 +244,6 @@ def _vision_problem(cfg: Any) -> str | None:
         return "memory.type: vision needs env.observation_mode image or both (the env shows no images)"
     if images and cfg.env.task.partition("/")[0] != "babyai":
         return f"env.observation_mode: image observations exist for babyai/* tasks only, got {cfg.env.task!r}"
-    if cfg.memory.type == "vision" and cfg.format_warmup.steps:
-        return "format_warmup.steps: the format warm-up trains on text prompts only; set 0 with memory.type=vision"
     if cfg.memory.type == "vision" and cfg.model.cache_frozen_activations:
         return "model.cache_frozen_activations: not with memory.type=vision (images enter below the split)"
     tiny = cfg.model.tiny

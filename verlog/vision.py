@@ -148,16 +148,19 @@ def load_image_processor(path: str) -> Any:
 
 
 def copy_image_processor(tokenizer: Any, out_dir: str | os.PathLike) -> bool:
-    """Copy the image processor's file (``preprocessor_config.json``) from the directory the tokenizer
-    was loaded from (``tokenizer.name_or_path``) to ``out_dir``, so a saved model directory keeps its
-    processor; returns whether there was one (text models have none)."""
-    import shutil
+    """Save the image processor of the model the tokenizer was loaded from (``tokenizer.name_or_path``,
+    a directory or a hub id) into ``out_dir``, so a saved model directory keeps its processor; returns
+    whether there was one (text models have none; nothing is written then)."""
     from pathlib import Path
 
-    src = Path(str(getattr(tokenizer, "name_or_path", "") or "")) / "preprocessor_config.json"
-    if not src.is_file():
+    source = str(getattr(tokenizer, "name_or_path", "") or "")
+    if not source or (Path(source).is_dir() and not (Path(source) / "preprocessor_config.json").is_file()):
         return False
-    shutil.copyfile(src, Path(out_dir) / src.name)
+    try:
+        processor = load_image_processor(source)
+    except (OSError, ValueError):  # no image processor there: a text model
+        return False
+    processor.save_pretrained(out_dir)
     return True
 
 
