@@ -328,6 +328,9 @@ def test_config_rules_tie_image_modes_to_the_vision_memory():
     cfg.env.task = "sokoban/easy"
     assert first_problem(cfg).startswith("env.observation_mode:")
     cfg.env.task = "babyai/easy_goto"
+    cfg.rollout.engine = "vllm"
+    assert first_problem(cfg).startswith("rollout.engine:")
+    cfg.rollout.engine = "hf"
     cfg.env.observation_mode = "text"
     assert first_problem(cfg).startswith("memory.type:")
 

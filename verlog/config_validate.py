@@ -244,6 +244,9 @@ def _vision_problem(cfg: Any) -> str | None:
         return "memory.type: vision needs env.observation_mode image or both (the env shows no images)"
     if images and cfg.env.task.partition("/")[0] != "babyai":
         return f"env.observation_mode: image observations exist for babyai/* tasks only, got {cfg.env.task!r}"
+    if cfg.memory.type == "vision" and cfg.rollout.engine == "vllm":
+        return ("rollout.engine: vllm does not generate from images yet (its Qwen2-VL models need torchvision, and "
+                "prompts with pixel values are not wired); use hf with memory.type=vision")
     if cfg.memory.type == "vision" and cfg.model.cache_frozen_activations:
         return "model.cache_frozen_activations: not with memory.type=vision (images enter below the split)"
     tiny = cfg.model.tiny
