@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env
 
 from helpers import small_corpus, train_cli
 from verlog.envs import make_env
-from verlog.envs.base import observation_image, observation_text
+from verlog.envs.base import invalid_action_notice, observation_image, observation_text
 from verlog.envs.vector import make_vector_env
 from verlog.memory import PromptStats, VisionMemory
 from verlog.vision import IMAGE_PAD, VISION_END, VISION_START, VisionInput, image_input, load_image_processor
@@ -63,8 +63,11 @@ def test_text_mode_is_unchanged_and_image_mode_text_is_the_mission():
         i_obs = image_env.step(reply)[0]
         b_obs = both_env.step(reply)[0]
         assert b_obs["text"] == t_obs
-        assert i_obs["text"].endswith(image_env.mission)
-    assert i_obs["text"].splitlines()[0] == b_obs["text"].splitlines()[0] or reply != "nonsense"
+        if reply == "nonsense":  # the invalid-reply notice comes first in every mode
+            assert i_obs["text"] == invalid_action_notice("go forward") + "\n" + image_env.mission
+            assert t_obs.startswith(invalid_action_notice("go forward") + "\n")
+        else:
+            assert i_obs["text"] == image_env.mission
 
 
 def test_the_image_shows_the_view_and_changes_when_the_agent_turns():
@@ -79,6 +82,26 @@ def test_the_image_shows_the_view_and_changes_when_the_agent_turns():
     assert red[cell].any()
     ball = make_env("babyai/easy_goto", observation_mode="image", image_tile_px=TILE)
     assert all(np.array_equal(ball.reset(seed=0)[0]["image"], first) for _ in range(2))  # deterministic
+
+
+@pytest.mark.parametrize("mode", ["image", "both"])
+def test_sokoban_image_modes_show_the_whole_room(mode):
+    from verlog.envs.sokoban.game import CELL_COLOURS
+
+    env = make_env("sokoban/6x6_1box", observation_mode=mode, image_tile_px=TILE)
+    check_env(env, skip_render_check=True)
+    text_env = make_env("sokoban/6x6_1box")
+    obs, _ = env.reset(seed=2)
+    text, _ = text_env.reset(seed=2)
+    assert obs["image"].shape == (6 * TILE, 6 * TILE, 3)
+    assert obs["text"] == (text if mode == "both" else "Boxes on targets: 0 of 1.")
+    r, c = env.state.player  # the player's square sits in the middle of its cell
+    assert tuple(obs["image"][r * TILE + TILE // 2, c * TILE + TILE // 2]) == CELL_COLOURS["player"]
+    (br, bc), = env.state.boxes
+    assert tuple(obs["image"][br * TILE + TILE // 2, bc * TILE + TILE // 2]) == CELL_COLOURS["box"]
+    assert tuple(obs["image"][0, 3]) == (0, 0, 0) and tuple(obs["image"][2, 2]) == CELL_COLOURS["wall"]  # grid, wall
+    after = env.step(f"ACTION: {env.room.solution[0]}")[0]
+    assert not np.array_equal(after["image"], obs["image"])
 
 
 def test_vector_env_unbatches_image_observations():
@@ -325,7 +348,7 @@ def test_config_rules_tie_image_modes_to_the_vision_memory():
     assert first_problem(cfg).startswith("env.observation_mode:")
     cfg.memory.type = "vision"
     assert first_problem(cfg) is None
-    cfg.env.task = "sokoban/easy"
+    cfg.env.task = "crafter/default"
     assert first_problem(cfg).startswith("env.observation_mode:")
     cfg.env.task = "babyai/easy_goto"
     cfg.rollout.engine = "vllm"
@@ -366,3 +389,33 @@ def test_two_ppo_iterations_of_the_tiny_vl_recipe(tmp_path):
     visual = [k for k in before if k.startswith("visual.")]
     assert visual and any(not torch.equal(before[k], after[k]) for k in visual)  # the vision tower trained
     assert json.loads((run / "eval.json").read_text())["episodes"] == 2
+
+
+def test_group_collector_keeps_every_turns_images_and_joined_rounds_keep_theirs(tiny_vl, tokenizer):
+    from verlog.batch import TurnBatch
+    from verlog.models import load_actor
+    from verlog.rollout.engine import SamplingParams
+    from verlog.rollout.episodes import EpisodeCollector
+    from verlog.rollout.hf import HFEngine
+    from verlog.scoring import policy_outputs, turn_rows
+
+    model = load_actor(tiny_vl)
+    venv = make_vector_env("babyai/easy_goto", 2, seed=0, mode="sync",
+                           env_kwargs={"observation_mode": "image", "image_tile_px": TILE, "max_steps": 3})
+    memories = [_memory(tiny_vl, tokenizer, history_turns=0) for _ in range(2)]
+    collector = EpisodeCollector(venv, memories, HFEngine(model, tokenizer), lambda ids: tokenizer.batch_decode(
+        ids, skip_special_tokens=True), SamplingParams(max_tokens=4, seed=0), tokenizer.pad_token_id, seed=0,
+        group_size=2)
+    try:
+        first, _ = collector.collect()
+        second, _ = collector.collect()
+    finally:
+        collector.close()
+    real = {(t, n) for t, n in first.turns.nonzero().tolist()}
+    assert set(first.images) == real  # one image per real turn, none on padding turns
+    joined = TurnBatch.concat_envs([first, second])
+    assert set(joined.images) == real | {(t, n + 2) for t, n in second.turns.nonzero().tolist()}
+    rows = turn_rows(joined)
+    assert all(v is not None for v in rows.images)
+    logprobs, _ = policy_outputs(model, rows)
+    assert torch.isfinite(logprobs).all()

@@ -213,7 +213,8 @@ class TurnBatch:
         """Join whole-episode batches side by side (env axis), padding turns and prompts.
 
         Only batches without bootstrap prompts (whole-episode batches) can be joined;
-        ``group_ids`` and ``episode_ids`` must already be distinct between the batches.
+        ``group_ids`` and ``episode_ids`` must already be distinct between the batches. Their ``images``
+        follow their envs.
 
         Raises:
             ValueError: no batch, bootstrap prompts, different pad ids or response
@@ -225,8 +226,6 @@ class TurnBatch:
         for b in batches:
             if b.bootstrap_prompts:
                 raise ValueError("concat_envs: only whole-episode batches (no bootstrap prompts) can be joined")
-            if b.images:
-                raise ValueError("concat_envs: batches with images cannot be joined yet")
             if b.pad_id != first.pad_id or b.response_ids.shape[2] != first.response_ids.shape[2]:
                 raise ValueError("concat_envs: batches differ in pad_id or response width")
             for name in ("group_ids", "state_ids"):
@@ -249,6 +248,10 @@ class TurnBatch:
 
         pad_id = first.pad_id
         prompt_lengths = join("prompt_lengths", 1)
+        images, offset = {}, 0
+        for b in batches:  # env n of the k-th batch is env offset + n of the joined one
+            images.update({(t, offset + n): v for (t, n), v in b.images.items()})
+            offset += b.num_envs
         return TurnBatch(
             prompt_ids=join("prompt_ids", pad_id), prompt_lengths=prompt_lengths,
             response_ids=join("response_ids", pad_id), response_mask=join("response_mask", False),
@@ -257,6 +260,7 @@ class TurnBatch:
             episode_ids=join("episode_ids", -1), action_valid=join("action_valid", True),
             cut_at_max_tokens=join("cut_at_max_tokens", False), pad_id=pad_id,
             turn_mask=join("turn_mask", False), group_ids=join("group_ids", -1), state_ids=join("state_ids", 0),
+            images=images,
         )
 
     def to_dict(self) -> dict:

@@ -234,6 +234,10 @@ def first_problem(cfg: Any) -> str | None:
     return problem or _algo_problem(cfg) or _vision_problem(cfg)
 
 
+#: The env families whose games can show images (``env.observation_mode`` image or both).
+IMAGE_FAMILIES = ("babyai", "sokoban")
+
+
 def _vision_problem(cfg: Any) -> str | None:
     """Image observations and the vision memory go together, and with what the vision path supports."""
     images = cfg.env.observation_mode != "text"
@@ -242,8 +246,9 @@ def _vision_problem(cfg: Any) -> str | None:
                 f"{cfg.memory.type!r}, which shows text only)")
     if cfg.memory.type == "vision" and not images:
         return "memory.type: vision needs env.observation_mode image or both (the env shows no images)"
-    if images and cfg.env.task.partition("/")[0] != "babyai":
-        return f"env.observation_mode: image observations exist for babyai/* tasks only, got {cfg.env.task!r}"
+    if images and cfg.env.task.partition("/")[0] not in IMAGE_FAMILIES:
+        return (f"env.observation_mode: image observations exist for {', '.join(f'{f}/*' for f in IMAGE_FAMILIES)} "
+                f"tasks only, got {cfg.env.task!r}")
     if cfg.memory.type == "vision" and cfg.rollout.engine == "vllm":
         return ("rollout.engine: vllm does not generate from images yet (its Qwen2-VL models need torchvision, and "
                 "prompts with pixel values are not wired); use hf with memory.type=vision")
