@@ -359,7 +359,8 @@ def test_config_rules_tie_image_modes_to_the_vision_memory():
 
 
 # ---------------------------------------------------------------- two PPO iterations
-SMALL = ["iterations=2", "ppo.critic_warmup_iterations=0", "format_warmup.steps=5", "format_warmup.episodes=2", "env.num_envs=4", "env.vector_mode=sync",
+SMALL = ["iterations=2", "ppo.critic_warmup_iterations=0", "format_warmup.steps=5", "format_warmup.episodes=2",
+         "env.num_envs=4", "env.vector_mode=sync",
          "rollout.turns_per_env=4", "ppo.minibatches=2", "ppo.micro_batch_size=4", "model.tiny.corpus_episodes=4",
          "eval.episodes=2", "eval.num_envs=2", "env.max_steps=8", "logging.progress=false", "eval.baseline=false",
          "logging.dump_batch_every=1"]

@@ -97,8 +97,13 @@ def train_top_layers(model: torch.nn.Module, k: int) -> None:
 
 def _prepared(model: torch.nn.Module, cfg: TrainConfig, base_path: str | Path, *, critic: bool) -> torch.nn.Module:
     """``model`` ready for its engine: the vision tower frozen with ``model.freeze_vision``, LoRA
-    adapters when ``model.lora_rank`` > 0 (on the top ``model.trainable_layers`` layers when set), gradient checkpointing when on, and the layers
-    below the top ``model.trainable_layers`` frozen (:func:`train_top_layers`)."""
+    adapters when ``model.lora_rank`` > 0 (on the top ``model.trainable_layers`` layers when set),
+    gradient checkpointing when on, and the layers below the top ``model.trainable_layers`` frozen
+    (:func:`train_top_layers`).
+
+    Raises:
+        ValueError: ``model.freeze_vision`` on a model without a vision tower (one line naming the key).
+    """
     m = cfg.model
     k = m.trainable_layers
     if m.freeze_vision:

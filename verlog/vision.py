@@ -21,9 +21,10 @@ import numpy as np
 import torch
 
 __all__ = [
-    "IMAGE_PAD", "VISION_END", "VISION_LANGUAGE_MODEL_TYPES", "VISION_SPECIAL_TOKENS", "VISION_START", "VL_CHAT_TEMPLATE",
-    "VisionInput", "cat_vision_inputs", "copy_image_processor", "critic_class", "expand_image_pads", "image_input", "is_vision_language",
-    "load_image_processor", "vision_kwargs", "vision_tower",
+    "IMAGE_PAD", "VISION_END", "VISION_LANGUAGE_MODEL_TYPES", "VISION_SPECIAL_TOKENS", "VISION_START",
+    "VL_CHAT_TEMPLATE", "VisionInput", "cat_vision_inputs", "copy_image_processor", "critic_class",
+    "expand_image_pads", "image_input", "is_vision_language", "load_image_processor", "register_critics",
+    "vision_kwargs", "vision_tower",
 ]
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"

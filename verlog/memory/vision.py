@@ -40,7 +40,8 @@ class _Seen:
         elif isinstance(observation, str):
             self.text, self.image = observation, None
         else:
-            raise TypeError(f"an observation must be a str or a dict with text and image, got {type(observation).__name__}")
+            raise TypeError("an observation must be a str or a dict with text and image, got "
+                            f"{type(observation).__name__}")
         self.inputs = image_input(image_processor, self.image) if self.image is not None else None
 
     def state(self) -> dict[str, Any]:
@@ -226,7 +227,8 @@ class VisionMemory(Memory):
                 raise ValueError(f"vision memory state: {key}={state.get(key)!r} differs from this memory's "
                                  f"{getattr(self, key)!r}")
         if len(state["history"]) > self.history_turns:
-            raise ValueError(f"vision memory state: {len(state['history'])} turns but history_turns={self.history_turns}")
+            raise ValueError(f"vision memory state: {len(state['history'])} turns but "
+                             f"history_turns={self.history_turns}")
         ip = self.image_processor
         self._instruction = state["instruction"]
         self._current = None if state["observation"] is None else _Seen.from_state(state["observation"], ip)

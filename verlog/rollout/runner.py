@@ -45,8 +45,8 @@ from verlog.rollout.engine import Generation, RolloutEngine, SamplingParams
 from verlog.rollout.records import CollectStats, EpisodeRecord
 
 __all__ = [
-    "EpisodeSpec", "Memory", "Outcome", "Policy", "Slot", "Step", "env_step", "generate_turn", "play_turn", "prompt_images",
-    "run_episodes", "vector_reset", "vector_step",
+    "EpisodeSpec", "Memory", "Outcome", "Policy", "Slot", "Step", "env_step", "generate_turn", "play_turn",
+    "prompt_images", "run_episodes", "vector_reset", "vector_step",
 ]
 
 
@@ -116,7 +116,8 @@ class Slot:
         """Start episode ``episode_id`` from its first observation and reset info (memory included).
 
         The memory gets the observation as the env returned it (an image-mode dict included); the slot
-        keeps its text (:attr:`observation`, for turn logs and checkpoints). The episode's task is ``info["task"]`` when the env reports one (a task mixture's drawn task,
+        keeps its text (:attr:`observation`, for turn logs and checkpoints). The episode's task is
+        ``info["task"]`` when the env reports one (a task mixture's drawn task,
         :class:`~verlog.envs.mixture.TaskMixture`), else ``task``."""
         if self.memory is not None:
             self.memory.start_episode(info["instruction"], observation, info["context"])
