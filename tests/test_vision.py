@@ -338,6 +338,23 @@ def test_freeze_vision_and_lora_on_the_language_model_only(tiny_vl):
     adapted = [n for n, _ in lora.named_parameters() if "lora_A" in n]
     assert adapted and all("language_model.layers" in n for n in adapted)
     assert not any(p.requires_grad for n, p in lora.named_parameters() if ".visual." in n)
+    # the merged weights load into a rollout engine under the base model's names (the weight sync)
+    from verlog.lora import merged_named_parameters
+    from verlog.rollout.hf import HFEngine
+
+    with torch.no_grad():
+        next(p for n, p in lora.named_parameters() if "lora_B" in n).fill_(0.5)
+    engine = HFEngine(load_actor(tiny_vl), load_tokenizer_of(tiny_vl))
+    engine.load_weights(merged_named_parameters(lora))
+    name = adapted[0].replace("base_model.model.", "").replace(".lora_A.default.weight", ".weight")
+    synced, base = dict(engine.model.named_parameters())[name], dict(load_actor(tiny_vl).named_parameters())[name]
+    assert not torch.equal(synced, base)
+
+
+def load_tokenizer_of(path):
+    from verlog.models import load_tokenizer
+
+    return load_tokenizer(path)
 
 
 def test_config_rules_tie_image_modes_to_the_vision_memory():
