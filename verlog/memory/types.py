@@ -10,6 +10,7 @@ from typing import Any
 from verlog.imports import module_exists
 from verlog.memory.base import Memory
 from verlog.memory.summary import SummaryMemory
+from verlog.memory.vision import VisionMemory
 from verlog.memory.window import FullMemory, NoMemory, WindowMemory
 
 __all__ = ["MEMORY_TYPES", "PROTOCOL_METHODS", "check_memory_class", "memory_class"]
@@ -20,6 +21,7 @@ MEMORY_TYPES: dict[str, type[Memory]] = {
     "window": WindowMemory,
     "full": FullMemory,
     "summary": SummaryMemory,
+    "vision": VisionMemory,
 }
 #: The methods every memory class has (see :class:`~verlog.memory.base.Memory`).
 PROTOCOL_METHODS = ("start_episode", "add_turn", "prompt_ids", "state_dict", "load_state_dict")
