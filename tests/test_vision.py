@@ -419,7 +419,8 @@ def test_group_collector_keeps_every_turns_images_and_joined_rounds_keep_theirs(
 
     model = load_actor(tiny_vl)
     venv = make_vector_env("babyai/easy_goto", 2, seed=0, mode="sync",
-                           env_kwargs={"observation_mode": "image", "image_tile_px": TILE, "max_steps": 3})
+                           env_kwargs={"observation_mode": "image", "image_tile_px": TILE, "max_steps": 3,
+                                       "instruction_style": "brief"})
     memories = [_memory(tiny_vl, tokenizer, history_turns=0) for _ in range(2)]
     collector = EpisodeCollector(venv, memories, HFEngine(model, tokenizer), lambda ids: tokenizer.batch_decode(
         ids, skip_special_tokens=True), SamplingParams(max_tokens=4, seed=0), tokenizer.pad_token_id, seed=0,

@@ -183,7 +183,7 @@ def generate_turn(memories: Sequence[Memory], engine: RolloutEngine, decode: Cal
             stats.prompt_tokens.append(pstats.num_tokens)
             stats.trimmed_turns += pstats.trimmed_turns
             stats.trimmed_observation_tokens += pstats.trimmed_observation_tokens
-            stats.dropped_images += pstats.dropped_images
+            stats.dropped_images += getattr(pstats, "dropped_images", 0)  # a user memory's stats may lack it
     if stats is not None:
         stats.prompt_seconds += time.perf_counter() - tic
     tic = time.perf_counter()
