@@ -238,7 +238,7 @@ class TextEnv(gymnasium.Env, ABC):
         """The text shown beside the image in ``image`` mode; default the episode's ``mission``."""
         return str(getattr(self, "mission", ""))
 
-    def _observation(self, text: str, notice: str | None = None) -> Any:
+    def _shown_observation(self, text: str, notice: str | None = None) -> Any:
         """The observation of ``text`` (with the notice line ``notice``) in the env's mode."""
         if self.observation_mode == "text":
             return text if notice is None else notice + "\n" + text
@@ -356,7 +356,7 @@ class TextEnv(gymnasium.Env, ABC):
         self._needs_reset = False
         info = self._make_info(game_info, action="", action_valid=True, game_reward=0.0)
         self._info_keys = frozenset(info)
-        return self._observation(obs), info
+        return self._shown_observation(obs), info
 
     def step(self, reply: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         """Parse ``reply``, execute the action (or the default one), return the 5-tuple.
@@ -393,7 +393,7 @@ class TextEnv(gymnasium.Env, ABC):
             truncated = False  # a real end of the game on the last allowed step is a termination
         game_reward = float(game_reward)
         reward = game_reward if action_valid else game_reward + self.format_penalty
-        obs = self._observation(obs, None if action_valid else invalid_action_notice(action))
+        obs = self._shown_observation(obs, None if action_valid else invalid_action_notice(action))
         self._needs_reset = terminated or truncated
         info = self._make_info(game_info, action=action, action_valid=action_valid, game_reward=game_reward)
         if info.keys() != self._info_keys:  # a set comparison without building a frozenset per step
