@@ -20,7 +20,6 @@ from verlog.memory.base import EVENT_INFO_KEYS, Memory, PromptStats, TurnOutcome
 from verlog.memory.chat import ChatMemory
 from verlog.memory.summary import SummaryMemory
 from verlog.memory.types import MEMORY_TYPES, check_memory_class, memory_class
-from verlog.memory.vision import VisionMemory
 from verlog.memory.window import FullMemory, NoMemory, WindowMemory
 
 __all__ = [
@@ -28,3 +27,12 @@ __all__ = [
     "SummaryMemory", "TurnOutcome", "VisionMemory", "WindowMemory", "check_memory_class", "completion_of", "join_reply",
     "memory_class",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``VisionMemory`` on first use: it imports torch, which the rest of the package does not need."""
+    if name == "VisionMemory":
+        from verlog.memory.vision import VisionMemory
+
+        return VisionMemory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
