@@ -66,6 +66,7 @@ def test_text_that_yaml_reads_as_a_mapping_stays_text():
     (["rollout.server=maybe"], "rollout.server"),
     (["rollout.server_max_batch=0"], "rollout.server_max_batch"),
     (["rollout.server=true", "agent.loop=proxy"], "rollout.server"),
+    (["rollout.server=true", "env.observation_mode=image", "memory.type=vision"], "rollout.server"),
     (["agent.tool_latency_s=-0.1"], "agent.tool_latency_s"),
     (["noequals"], "noequals"),
     (["ppo..x=1"], "ppo..x=1"),

@@ -159,7 +159,8 @@ def test_help_has_one_entry_per_key_grouped_by_section():
     assert "agent: tool tasks: the built-in loop or an agent through the proxy" in lines
     starts = [line.split()[0] for line in lines if line.startswith("  agent.")]
     assert starts == ["agent.loop", "agent.task", "agent.dataset", "agent.agent", "agent.max_operand", "agent.top_k",
-                      "agent.max_assistant_turns", "agent.max_total_tokens", "agent.max_tool_response_chars", "agent.credit", "agent.credit_gamma"]
+                      "agent.max_assistant_turns", "agent.max_total_tokens", "agent.max_tool_response_chars", "agent.credit", "agent.credit_gamma",
+                      "agent.tool_latency_s"]
 
 
 def test_eval_honours_threads(monkeypatch, capsys):
@@ -269,3 +270,13 @@ def test_malformed_override_pair(pair, key, capsys):
 def test_malformed_recipe_file(text, key, tmp_path, capsys):
     line = _run(train_main, [_recipe(tmp_path, text)], capsys)
     assert line.startswith(f"{key}:") or (key == "recipe" and line.startswith("recipe ")), line
+
+
+@pytest.mark.parametrize("argv, key", [case for case in SUBPROCESS_CASES if case[1] != "gpus_per_node"])
+def test_config_errors_import_no_torch(argv, key):
+    """The cause of a slow one-line error, checked without a clock: a bad config is refused before
+    torch (over a second to import here) is imported by anything."""
+    code = ("import sys\nfrom verlog.cli import train_main\ntry:\n    train_main()\nexcept SystemExit as exc:\n"
+            "    print('exit', exc.code, 'torch' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.stdout.split() == ["exit", "2", "False"], (proc.stdout, proc.stderr[-500:])

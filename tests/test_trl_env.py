@@ -319,7 +319,8 @@ def test_warmup_scripts_and_corpus_come_from_the_class(task, tok):
 @pytest.mark.parametrize("overrides, message", [
     (["agent.task=no_such_module:Env"], "agent.task: cannot load 'no_such_module:Env': no module named"),
     ([f"agent.task={MODULE}:Missing"], f"agent.task: cannot load '{MODULE}:Missing': module '{MODULE}' has no"),
-    ([f"agent.task={MODULE}:counter_rows"], f"agent.task: '{MODULE}:counter_rows' is not a class"),
+    ([f"agent.task={MODULE}:counter_rows"], f"agent.task: {MODULE}:counter_rows is not a class; the rows of a row "
+                                            "function are played by an agent of agent.loop=proxy"),
     ([f"agent.task={MODULE}:NoToolsEnv"], f"agent.task: {MODULE}:NoToolsEnv has no public method to offer as a tool"),
     ([f"agent.task={MODULE}:NoRewardEnv"], f"agent.task: {MODULE}:NoRewardEnv has no get_reward method"),
     ([f"agent.task={MODULE}:UntypedEnv"], f"agent.task: {MODULE}:UntypedEnv.move cannot be a tool: tool 'move': "

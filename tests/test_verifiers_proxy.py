@@ -2,6 +2,8 @@
 proxy: the echo taskset in ``tests/data/verifiers_echo`` is run by verifiers' own eval client, which
 streams every request with an ``X-Session-ID`` on one base URL; the taskset's ``@vf.reward`` scores
 each reply and the reward is posted to ``/reward``; the recorded sessions become a training batch.
+Then ``verlog-train`` trains the tiny model for two iterations on the taskset: each conversation's
+agent runs one task in the verifiers virtualenv against the proxy (``verlog_echo_agent.py``).
 
 The virtualenv lives in ``.cache/verifiers-0.4.0`` (gitignored) and is built once, only when
 ``VERLOG_BUILD_VERIFIERS=1`` (building it took 75 minutes on the loaded 2-core machine); without
@@ -23,7 +25,8 @@ from verlog.models import load_tokenizer
 from verlog.proxy import OpenAIProxy, ProxyServer, proxy_batch_inputs
 from verlog.tiny_model import build_tiny_model
 
-from helpers import small_corpus
+from helpers import small_corpus, train_cli
+from verlog.logging import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSION = "0.4.0"
@@ -100,3 +103,30 @@ def test_verifiers_client_streams_sessions_and_rewards_through_the_proxy(verifie
     batch = TurnBatch.from_turns(**proxy_batch_inputs(list(records.values()), "final"), pad_id=tok.pad_token_id,
                                  max_response_tokens=16)
     assert batch.rewards.shape == (1, 4)
+
+
+# the calculator proxy recipe made small, on the echo taskset's rows and agent (tests/data/verifiers_echo)
+ECHO = ["agent.task=verlog_echo_agent:rows", "agent.agent=verlog_echo_agent:solve", "format_warmup.steps=0",
+        "iterations=2", "ppo.critic_warmup_iterations=1", "env.num_envs=4", "model.tiny.corpus_episodes=8",
+        "eval.episodes=2", "eval.baseline=false", "logging.progress=false", "model.tiny.hidden_size=64",
+        "model.tiny.num_heads=1", "model.tiny.intermediate_size=64", "model.tiny.vocab_size=300",
+        "rollout.max_response_tokens=8", "ppo.epochs=1", "ppo.minibatches=1"]
+
+
+@pytest.mark.slow
+def test_the_echo_taskset_trains_two_iterations_through_verlog_train(verifiers_python, tmp_path):
+    log = tmp_path / "episodes.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TASKSET), os.environ.get("PYTHONPATH", "")]),
+           "VERLOG_VERIFIERS_PYTHON": str(verifiers_python), "VERIFIERS_ECHO_LOG": str(log)}
+    train_cli("calculator_proxy", *ECHO, f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=r",
+              env=env, timeout=1200)
+    rows = read_metrics(tmp_path / "r" / "metrics.jsonl")
+    assert [r["phase"] for r in rows] == ["critic_warmup", "ppo"]
+    assert all(r["episodes"] == 4 and r["rollout/turns"] == 4 and r.get("env/faults", 0) == 0 for r in rows)
+    result = json.loads((tmp_path / "r" / "eval.json").read_text())
+    assert result["task"] == "agent/verlog_echo_agent:rows" and "trained" in result
+    episodes = [json.loads(line) for line in log.read_text().splitlines()]
+    # verifiers' client played every conversation (2 x 4 trained, 2 greedy + 2 sampled evaluated) and its
+    # @vf.reward scored each
+    assert len(episodes) == 12
+    assert all(e["reward"] == float(e["word"] in e["content"].lower()) for e in episodes)

@@ -23,7 +23,15 @@ cut_at_max_tokens     [T, N]       bool   the reply hit ``max_response_tokens`` 
 turn_mask             [T, N]       bool   the turn exists (``None``: all do; see whole-episode batches)
 group_ids             [T, N]       long   episode group of the turn (``None`` outside group rollouts)
 state_ids             [T, N]       long   id of the exact state the turn acted in (``None``: not recorded)
+images                {(t, n): VisionInput}  the images of turn (t, n)'s prompt (vision memory only)
 ====================  ===========  =====  ==========================================================
+
+``images`` extends the contract for vision-language models (``memory.type=vision``): the prompt of
+turn (t, n) holds its images' placeholder tokens (``<|image_pad|>``, expanded to each image's token
+count) and ``images[(t, n)]`` their pixel values ([P, D] float) and patch grids ([K, 3] long),
+:class:`~verlog.vision.VisionInput`; a turn without images has no entry, and text runs have none at
+all. ``bootstrap_images`` does the same for ``bootstrap_prompts``. The actor, critic and reference get
+them with the turn's row wherever the row runs (:class:`~verlog.scoring.Rows`).
 
 Whole-episode batches (:class:`~verlog.rollout.episodes.EpisodeCollector`) hold one complete
 episode per env: T is the longest episode, turns past an episode's end are padding with
@@ -63,6 +71,8 @@ from typing import Optional
 
 import torch
 
+from verlog.vision import VisionInput
+
 
 @dataclass
 class TurnBatch:
@@ -84,6 +94,8 @@ class TurnBatch:
     turn_mask: Optional[torch.Tensor] = None
     group_ids: Optional[torch.Tensor] = None
     state_ids: Optional[torch.Tensor] = None
+    images: dict[tuple[int, int], VisionInput] = field(default_factory=dict)
+    bootstrap_images: dict[tuple[int, int], VisionInput] = field(default_factory=dict)
 
     @property
     def num_turns(self) -> int:
@@ -130,8 +142,11 @@ class TurnBatch:
         turn_mask: list[list[bool]] | None = None,
         group_ids: list[list[int]] | None = None,
         state_ids: list[list[int]] | None = None,
+        images: dict[tuple[int, int], VisionInput] | None = None,
+        bootstrap_images: dict[tuple[int, int], VisionInput] | None = None,
     ) -> "TurnBatch":
-        """Pack nested ``[t][n]`` Python lists into padded tensors.
+        """Pack nested ``[t][n]`` Python lists into padded tensors (``images`` and ``bootstrap_images``,
+        keyed ``(t, n)``, are kept as given).
 
         Where ``turn_mask[t][n]`` is False the turn is padding: its prompt and response lists must be
         empty, and it becomes a one-``pad_id`` prompt with an all-False response mask.
@@ -189,6 +204,8 @@ class TurnBatch:
             turn_mask=torch.tensor(turn_mask, dtype=torch.bool) if turn_mask is not None else None,
             group_ids=torch.tensor(group_ids, dtype=torch.long) if group_ids is not None else None,
             state_ids=torch.tensor(state_ids, dtype=torch.long) if state_ids is not None else None,
+            images=dict(images or {}),
+            bootstrap_images=dict(bootstrap_images or {}),
         )
 
     @staticmethod
@@ -196,7 +213,8 @@ class TurnBatch:
         """Join whole-episode batches side by side (env axis), padding turns and prompts.
 
         Only batches without bootstrap prompts (whole-episode batches) can be joined;
-        ``group_ids`` and ``episode_ids`` must already be distinct between the batches.
+        ``group_ids`` and ``episode_ids`` must already be distinct between the batches. Their ``images``
+        follow their envs.
 
         Raises:
             ValueError: no batch, bootstrap prompts, different pad ids or response
@@ -230,6 +248,10 @@ class TurnBatch:
 
         pad_id = first.pad_id
         prompt_lengths = join("prompt_lengths", 1)
+        images, offset = {}, 0
+        for b in batches:  # env n of the k-th batch is env offset + n of the joined one
+            images.update({(t, offset + n): v for (t, n), v in b.images.items()})
+            offset += b.num_envs
         return TurnBatch(
             prompt_ids=join("prompt_ids", pad_id), prompt_lengths=prompt_lengths,
             response_ids=join("response_ids", pad_id), response_mask=join("response_mask", False),
@@ -238,12 +260,15 @@ class TurnBatch:
             episode_ids=join("episode_ids", -1), action_valid=join("action_valid", True),
             cut_at_max_tokens=join("cut_at_max_tokens", False), pad_id=pad_id,
             turn_mask=join("turn_mask", False), group_ids=join("group_ids", -1), state_ids=join("state_ids", 0),
+            images=images,
         )
 
     def to_dict(self) -> dict:
         """Every field as tensors and plain types (bootstrap prompts keyed ``"t,n"``), for ``torch.save``."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["bootstrap_prompts"] = {f"{t},{n}": ids for (t, n), ids in self.bootstrap_prompts.items()}
+        for name in ("images", "bootstrap_images"):
+            data[name] = {f"{t},{n}": v.to_dict() for (t, n), v in getattr(self, name).items()}
         return data
 
     @staticmethod
@@ -254,6 +279,9 @@ class TurnBatch:
         kwargs["bootstrap_prompts"] = {
             tuple(int(x) for x in key.split(",")): ids for key, ids in data["bootstrap_prompts"].items()
         }
+        for name in ("images", "bootstrap_images"):  # absent in files of earlier versions
+            kwargs[name] = {tuple(int(x) for x in key.split(",")): VisionInput(v["pixel_values"], v["image_grid_thw"])
+                            for key, v in data.get(name, {}).items()}
         return TurnBatch(**kwargs)
 
 

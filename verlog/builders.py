@@ -29,8 +29,9 @@ from verlog.rollout.engine import RolloutEngine, SamplingParams
 from verlog.rollout.episodes import EpisodeCollector
 from verlog.rollout.records import EpisodeRecord
 from verlog.rollout.server import EngineClient, EngineServer, ServedEngine
-from verlog.tiny_model import build_tiny_model
+from verlog.tiny_model import build_tiny_model, build_tiny_vl_model
 from verlog.training_models import train_top_layers
+from verlog.vision import copy_image_processor
 from verlog.warmup import WarmupExample, collect_prompts, env_corpus, format_warmup
 
 
@@ -38,7 +39,8 @@ def tiny_model_dir(cfg: TrainConfig) -> Path:
     """Where ``model.path=tiny`` keeps the tiny model of ``cfg.env.task`` (or of ``cfg.agent.task``
     for a tool task) under ``model.cache_dir`` (``/`` and ``:`` of the name written ``-``)."""
     name = f"agent-{cfg.agent.task}" if uses_agent(cfg) else cfg.env.task
-    return Path(cfg.model.cache_dir) / f"tiny-{name.replace('/', '-').replace(':', '-')}"
+    kind = "tiny-vl" if cfg.model.tiny.vision else "tiny"
+    return Path(cfg.model.cache_dir) / f"{kind}-{name.replace('/', '-').replace(':', '-')}"
 
 
 def uses_agent(cfg: TrainConfig) -> bool:
@@ -54,7 +56,9 @@ def task_label(cfg: TrainConfig) -> str:
 def build_tiny_for(cfg: TrainConfig) -> Path:
     """Build (or reuse, see :func:`~verlog.tiny_model.build_tiny_model`) the tiny model of ``cfg``: its
     tokenizer is trained on ``model.tiny.corpus_episodes`` random-play episodes of ``cfg.env.task``
-    (a tool task: that many items' warm-up conversations).
+    (a tool task: that many items' warm-up conversations), in text mode (the full text observations).
+    With ``model.tiny.vision`` it is the tiny vision-language model
+    (:func:`~verlog.tiny_model.build_tiny_vl_model`).
 
     Returns:
         :func:`tiny_model_dir` of ``cfg``.
@@ -63,8 +67,14 @@ def build_tiny_for(cfg: TrainConfig) -> Path:
     if uses_agent(cfg):
         corpus = agent_task(cfg).corpus(tiny.corpus_episodes, tiny.seed)
     else:
-        corpus = env_corpus(cfg.env.task, episodes=tiny.corpus_episodes, seed=tiny.seed,
-                            env_kwargs=cfg.env.env_kwargs())
+        text_kwargs = {k: v for k, v in cfg.env.env_kwargs().items() if k not in ("observation_mode", "image_tile_px")}
+        corpus = env_corpus(cfg.env.task, episodes=tiny.corpus_episodes, seed=tiny.seed, env_kwargs=text_kwargs)
+    if tiny.vision:
+        return build_tiny_vl_model(tiny_model_dir(cfg), corpus, seed=tiny.seed, vocab_size=tiny.vocab_size,
+                                   hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
+                                   num_kv_heads=tiny.num_kv_heads, intermediate_size=tiny.intermediate_size,
+                                   vision_depth=tiny.vision_depth, vision_hidden_size=tiny.vision_hidden_size,
+                                   vision_heads=tiny.vision_heads, patch_size=tiny.patch_size)
     return build_tiny_model(tiny_model_dir(cfg), corpus, seed=tiny.seed, vocab_size=tiny.vocab_size,
                             hidden_size=tiny.hidden_size, num_layers=tiny.num_layers, num_heads=tiny.num_heads,
                             num_kv_heads=tiny.num_kv_heads, intermediate_size=tiny.intermediate_size)
@@ -144,6 +154,7 @@ def run_format_warmup(cfg: TrainConfig, tokenizer: Any, make_memory: Callable[[]
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        copy_image_processor(tokenizer, tmp)  # a vision-language model's processor
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
         seconds = time.perf_counter() - tic

@@ -50,6 +50,7 @@ from safetensors import SafetensorError, safe_open
 from verlog import distributed as D
 from verlog.resume import read_rng_states, save_rng_states
 from verlog.safe_load import UnsafeCheckpointFile, load_torch_state
+from verlog.vision import copy_image_processor
 
 __all__ = ["CHECKPOINT_MARKER", "GENERATOR_NAMES", "CheckpointError", "checkpoint_dir", "checkpoint_problem",
            "complete_checkpoints", "newest_checkpoint", "prune_checkpoints", "read_rank_state", "read_trainer_state",
@@ -156,6 +157,7 @@ def save_checkpoint(run_dir: Path, iteration: int, *, engines: Mapping[str, Any]
         if D.is_main():
             engine.module.save_pretrained(tmp / name, state_dict=state_dict)
             tokenizer.save_pretrained(tmp / name)
+            copy_image_processor(tokenizer, tmp / name)  # a vision-language model's processor
     if D.is_main():
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state))
     D.barrier()  # every rank's own state files are written

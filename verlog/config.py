@@ -51,6 +51,12 @@ class TinyModelConfig:
     num_kv_heads: int = _f(1, "key/value heads (grouped-query attention)")
     intermediate_size: int = _f(256, "MLP width")
     corpus_episodes: int = _f(64, "random-play episodes whose text trains the tiny tokenizer")
+    vision: bool = _f(False, "build the tiny vision-language model (Qwen2.5-VL architecture: a vision tower of "
+                             "vision_depth blocks before the language model above) instead of the text one")
+    vision_depth: int = _f(2, "vision: vision transformer blocks")
+    vision_hidden_size: int = _f(32, "vision: width of the vision blocks")
+    vision_heads: int = _f(2, "vision: attention heads of the vision blocks")
+    patch_size: int = _f(4, "vision: pixels per side of an image patch (2x2 patches make one image token)")
 
 
 @dataclass
@@ -80,6 +86,8 @@ class ModelConfig:
                                         "turn once per iteration (shared by actor and critic when their frozen "
                                         "layers are equal) and run only the top layers in scoring and the update "
                                         "epochs; costs turns x tokens x hidden floats of memory")
+    freeze_vision: bool = _f(False, "vision-language models: keep the vision tower's weights fixed (it still runs in "
+                                    "scoring and the update; no gradient, no optimizer state)")
     tiny: TinyModelConfig = _sub(TinyModelConfig, "tiny model shape (used when path = 'tiny')")
 
 
@@ -104,6 +112,10 @@ class EnvConfig:
     text_style: str = _f("balrog", "observation text: balrog (byte for byte what BALROG's wrapper writes, its quirks "
                          "included) or tidy (Verlog's own wording; babyai/*, crafter/*, minihack/*, nle/* and textworld/* "
                          "have it, other environments have BALROG's text only and ignore the key)")
+    observation_mode: str = _f("text", "what an observation is: text (a str, the default), image (the mission as text "
+                               "and an RGB image of what the agent sees) or both (the text and the image); "
+                               "image modes need memory.type=vision and a vision-language model; babyai/* only")
+    image_tile_px: int = _f(8, "image modes: pixels per grid cell of the image (BabyAI's 7x7 view: 7 x this, square)")
     step_timeout_s: Optional[float] = _f(
         60.0, "seconds one env step/reset may take; a slower env is treated as hung, restarted and its "
         "episode truncated (None: no limit)")
@@ -132,6 +144,8 @@ class EnvConfig:
             kwargs["instruction_style"] = self.instruction_style
         if self.text_style != "balrog" and self.task.partition("/")[0] in TIDY_TEXT_FAMILIES:
             kwargs["text_style"] = self.text_style
+        if self.observation_mode != "text":
+            kwargs.update(observation_mode=self.observation_mode, image_tile_px=self.image_tile_px)
         return kwargs
 
 
@@ -143,8 +157,9 @@ class AgentConfig:
 
     loop: str = _f("env", "env: text environments; tools: the built-in tool-calling loop on agent.task; proxy: "
                           "the agent function agent.agent talking to an OpenAI-compatible proxy")
-    task: str = _f("calculator", "tool task of loop tools/proxy (calculator, search), or loop tools: an environment class "
-                                 "package.module:Class in TRL's convention (docs/agents.md)")
+    task: str = _f("calculator", "tool task of loop tools/proxy (calculator, search); loop tools: an environment class "
+                                 "package.module:Class in TRL's convention; loop proxy: a row function "
+                                 "package.module:rows whose rows the agent plays (docs/agents.md)")
     dataset: Optional[str] = _f(None, "agent.task a class: its rows, package.module:name of a function (n, seed) -> "
                                       "rows or a list of rows, each a dict with a prompt; None: reset() writes "
                                       "the prompt")
@@ -180,6 +195,8 @@ class MemoryConfig:
     history_turns: int = _f(1, "window: previous (observation, reply) turns shown before the current observation")
     max_prompt_tokens: int = _f(1024, "prompt token budget of every built-in memory type; oldest history is dropped "
                                       "first, then the current observation is cut")
+    max_images: int = _f(1, "vision: most images shown in one prompt, the newest first (older turns keep their "
+                            "text; each left out is counted in prompt/dropped_images)")
     summary_turns: int = _f(16, "summary: the latest turns shown as one line each (older turns are counted), and the "
                                 "latest key events shown")
     reply_hint: Optional[str] = _f(None, "text appended to the current observation (e.g. a format reminder)")

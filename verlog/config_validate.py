@@ -19,13 +19,14 @@ __all__ = ["AGENT_LOOPS", "ENV_ARGUMENTS_OF_KEYS", "INT_MAX", "MEMORY_TYPE_NAMES
 
 AGENT_LOOPS = ("env", "tools", "proxy")
 #: The built-in ``memory.type`` names (the classes are in :data:`verlog.memory.MEMORY_TYPES`).
-MEMORY_TYPE_NAMES = ("none", "window", "full", "summary")
+MEMORY_TYPE_NAMES = ("none", "window", "full", "summary", "vision")
 
 _CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
     "env.vector_mode": ("async", "sync"),
     "env.instruction_style": ("full", "brief"),
     "env.text_style": ("balrog", "tidy"),
+    "env.observation_mode": ("text", "image", "both"),
     "rollout.engine": ("hf", "vllm"),
     "ppo.kl_kind": ("k1", "k2", "k3"),
     "logging.wandb_mode": ("offline", "online", "disabled"),
@@ -43,7 +44,9 @@ _POSITIVE = (
     "model.tiny.num_layers", "model.tiny.num_heads", "model.tiny.num_kv_heads", "model.tiny.intermediate_size",
     "model.tiny.corpus_episodes", "rollout.vllm_gpu_memory_utilization", "rollout.vllm_tensor_parallel_size",
     "algo.group_size", "algo.std_eps", "algo.overlong_cache_tokens", "agent.max_assistant_turns",
-    "agent.max_total_tokens", "agent.max_tool_response_chars", "memory.summary_turns", "rollout.server_max_batch",
+    "agent.max_total_tokens", "agent.max_tool_response_chars", "memory.summary_turns", "env.image_tile_px",
+    "model.tiny.vision_depth", "model.tiny.vision_hidden_size", "model.tiny.vision_heads", "model.tiny.patch_size",
+    "rollout.server_max_batch",
 )
 _NON_NEGATIVE = (
     "memory.history_turns", "ppo.critic_warmup_iterations", "ppo.max_skipped_steps", "format_warmup.steps", "checkpoint_every",
@@ -53,7 +56,7 @@ _NON_NEGATIVE = (
     "eval.every", "ppo.entropy_coef", "ppo.kl_coef", "ppo.clip_low", "ppo.clip_high", "rollout.temperature",
     "ppo.weight_decay", "ppo.value_coef", "seed", "eval.seed", "model.tiny.seed", "format_warmup.episodes",
     "rollout.vllm_cpu_kv_cache_gb", "model.value_head_init_std", "algo.gigpo_omega", "algo.overlong_penalty_factor",
-    "env.distance_shaping", "agent.tool_latency_s",
+    "env.distance_shaping", "memory.max_images", "agent.tool_latency_s",
 )
 #: Optional keys that must be positive when set.
 _POSITIVE_OR_NONE = ("ppo.target_kl", "ppo.value_clip", "env.step_timeout_s", "env.max_steps")
@@ -134,6 +137,9 @@ def _cross_field_problem(cfg: Any) -> str | None:
     if rollout.server and cfg.agent.loop == "proxy":
         return ("rollout.server: the proxy batches its own requests; use it with agent.loop env or tools, "
                 "got agent.loop=proxy")
+    if rollout.server and cfg.env.observation_mode != "text" and cfg.agent.loop == "env":
+        return ("rollout.server: the engine server takes token ids only; image observations need it off "
+                f"(got env.observation_mode={cfg.env.observation_mode})")
     if rollout.top_k != -1 and rollout.top_k < 1:
         return f"rollout.top_k: expected -1 (off) or a positive int, got {rollout.top_k}"
     if tiny.hidden_size % tiny.num_heads or tiny.num_heads % tiny.num_kv_heads or (tiny.hidden_size // tiny.num_heads) % 2:
@@ -179,6 +185,7 @@ def _memory_type_problem(type_name: Any) -> str | None:
 ENV_ARGUMENTS_OF_KEYS = {"format_penalty": "env.format_penalty", "max_steps": "env.max_steps",
                          "instruction_style": "env.instruction_style", "text_style": "env.text_style",
                          "task_weights": "env.task_weights", "distance_shaping": "env.distance_shaping",
+                         "observation_mode": "env.observation_mode", "image_tile_px": "env.image_tile_px",
                          "shaping_gamma": "gae.gamma_step"}
 
 
@@ -231,4 +238,33 @@ def first_problem(cfg: Any) -> str | None:
     if problem is None and cfg.model.lora_rank and cfg.deepspeed.zero_stage == 3:
         problem = ("model.lora_rank: LoRA is not supported with deepspeed.zero_stage=3 yet (use 0-2: the "
                    "adapters are small, so ZeRO-3's parameter partitioning gains little)")
-    return problem or _algo_problem(cfg)
+    return problem or _algo_problem(cfg) or _vision_problem(cfg)
+
+
+#: The env families whose games can show images (``env.observation_mode`` image or both).
+IMAGE_FAMILIES = ("babyai", "sokoban")
+
+
+def _vision_problem(cfg: Any) -> str | None:
+    """Image observations and the vision memory go together, and with what the vision path supports."""
+    images = cfg.env.observation_mode != "text"
+    if images and cfg.memory.type != "vision":
+        return (f"env.observation_mode: {cfg.env.observation_mode} observations need memory.type=vision (got "
+                f"{cfg.memory.type!r}, which shows text only)")
+    if cfg.memory.type == "vision" and not images:
+        return "memory.type: vision needs env.observation_mode image or both (the env shows no images)"
+    if images and cfg.env.task.partition("/")[0] not in IMAGE_FAMILIES:
+        return (f"env.observation_mode: image observations exist for {', '.join(f'{f}/*' for f in IMAGE_FAMILIES)} "
+                f"tasks only, got {cfg.env.task!r}")
+    if cfg.memory.type == "vision" and cfg.rollout.engine == "vllm":
+        return ("rollout.engine: vllm does not generate from images yet (its Qwen2-VL models need torchvision, and "
+                "prompts with pixel values are not wired); use hf with memory.type=vision")
+    if cfg.memory.type == "vision" and cfg.model.cache_frozen_activations:
+        return "model.cache_frozen_activations: not with memory.type=vision (images enter below the split)"
+    tiny = cfg.model.tiny
+    if tiny.vision and ((tiny.hidden_size // tiny.num_heads) % 16 or tiny.vision_hidden_size % tiny.vision_heads
+                        or (tiny.vision_hidden_size // tiny.vision_heads) % 4):
+        return (f"model.tiny.vision: needs a head dim (hidden_size / num_heads) divisible by 16 and a vision head dim "
+                f"(vision_hidden_size / vision_heads) divisible by 4, got {tiny.hidden_size // tiny.num_heads} and "
+                f"{tiny.vision_hidden_size / tiny.vision_heads:g}")
+    return None

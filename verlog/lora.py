@@ -17,6 +17,7 @@ zero, so the adapted model starts equal to its base).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -43,6 +44,10 @@ def add_lora(model: torch.nn.Module, *, rank: int, alpha: float, dropout: float,
             RMSNorm, whose weights set the scale of the logits that the adapters alone cannot).
         layers_to_transform: indices of the transformer layers that get adapters (None: all).
 
+    A vision-language model (Qwen2-VL, Qwen2.5-VL) gets adapters in its language model's layers only
+    (a pattern over ``language_model.layers.<i>``): its vision tower stays as it is (trained in full or
+    frozen by ``model.freeze_vision``, outside the adapter).
+
     Returns:
         a ``peft.PeftModel``.
 
@@ -51,9 +56,17 @@ def add_lora(model: torch.nn.Module, *, rank: int, alpha: float, dropout: float,
     """
     from peft import LoraConfig, get_peft_model
 
+    from verlog.vision import is_vision_language
+
     if rank < 1:
         raise ValueError(f"LoRA rank must be >= 1, got {rank}")
-    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
+    targets: list[str] | str = list(target_modules)
+    if is_vision_language(getattr(model, "config", None)):
+        # the language model's layers only: the vision tower's blocks have linear layers of the same names
+        layers = "|".join(str(i) for i in layers_to_transform) if layers_to_transform is not None else r"\d+"
+        targets = rf".*language_model\.layers\.({layers})\..*\.({'|'.join(map(re.escape, target_modules))})"
+        layers_to_transform = None
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets,
                         modules_to_save=(["score"] if critic else []) + list(modules_to_save or []) or None,
                         bias="none", layers_to_transform=layers_to_transform)
     peft_model = get_peft_model(model, config)

@@ -166,6 +166,7 @@ def iteration_metrics(*, iteration: int, phase: str, turns_done: int, turns_all_
         "prompt/tokens_max": max(stats.prompt_tokens) if stats.prompt_tokens else 0,
         "prompt/trimmed_turns": stats.trimmed_turns,
         "prompt/trimmed_observation_tokens": stats.trimmed_observation_tokens,
+        **({"prompt/dropped_images": stats.dropped_images} if batch.images else {}),
         "env/faults": stats.env_faults,
         "env/restarts": stats.env_restarts,
         **task_metrics(eps, recent_success),

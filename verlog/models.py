@@ -14,6 +14,7 @@ import torch
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
+    AutoModelForImageTextToText,
     AutoModelForTokenClassification,
     AutoTokenizer,
     PreTrainedModel,
@@ -30,6 +31,9 @@ __all__ = [
     "causal_lm_logits",
     "critic_values",
 ]
+
+
+from verlog.vision import is_vision_language, register_critics
 
 
 class ModelLoadError(RuntimeError):
@@ -124,6 +128,9 @@ def load_actor(path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> P
     Raises:
         ModelLoadError: missing path / not a model directory / load failure (one line),
             a saved critic given as actor, or checkpoint weights missing from the file.
+
+    A vision-language model (:func:`~verlog.vision.is_vision_language`: Qwen2-VL, Qwen2.5-VL) is loaded
+    with ``AutoModelForImageTextToText`` (its ``*ForConditionalGeneration``: vision tower + causal LM).
     """
     from verlog.lora import is_adapter_dir, load_adapter_dir
 
@@ -138,8 +145,9 @@ def load_actor(path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> P
     config = _load_config(name)
     if any(a.endswith("ForTokenClassification") for a in (config.architectures or [])):
         raise ModelLoadError(f"cannot load model '{name}' as actor: it is a saved critic ({config.architectures})")
+    auto = AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(
+        model, info = auto.from_pretrained(
             name, config=config, dtype=dtype, output_loading_info=True
         )
     except Exception as exc:
@@ -158,7 +166,9 @@ def load_critic(
     """Load a critic: the backbone of ``path`` plus a scalar value head.
 
     The model is transformers' ``AutoModelForTokenClassification`` with ``num_labels=1``
-    (for Qwen2: ``Qwen2ForTokenClassification``, head ``score = Linear(hidden, 1, bias)``)
+    (for Qwen2: ``Qwen2ForTokenClassification``, head ``score = Linear(hidden, 1, bias)``; for a
+    vision-language family, its vision tower and language model with the same head,
+    :func:`~verlog.vision.critic_class`)
     and head dropout forced to 0 (``classifier_dropout=0.0``) so values in training and
     scoring agree. From a causal-LM directory the head is fresh: weight zero
     (``value_head_init_std == 0``) or drawn from N(0, std²) with the global torch RNG, bias
@@ -180,6 +190,8 @@ def load_critic(
         raise ModelLoadError(f"cannot load critic '{name}': saved head has {config.num_labels} outputs, not 1")
     config.num_labels = 1
     config.classifier_dropout = 0.0
+    if is_vision_language(config):
+        register_critics()  # the family's *ForTokenClassification (verlog.vision.critic_class)
     try:
         model, info = AutoModelForTokenClassification.from_pretrained(
             name, config=config, dtype=dtype, output_loading_info=True

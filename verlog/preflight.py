@@ -18,6 +18,8 @@ environment class given as ``agent.task`` imports its module (and that of ``agen
 
 from __future__ import annotations
 
+import inspect
+
 import os
 import sys
 from pathlib import Path
@@ -207,7 +209,8 @@ def check_buildable(cfg: TrainConfig) -> None:
 
 
 def check_agent_task(cfg: TrainConfig) -> None:
-    """``agent.task`` names a built-in tool task, or the import path of an environment class in TRL's
+    """``agent.task`` names a built-in tool task, the import path of a row function whose rows an agent of
+    ``agent.loop=proxy`` plays (:func:`_check_rows_task`), or the import path of an environment class in TRL's
     convention (:mod:`verlog.env_class`) run by ``agent.loop=tools``; then the class and its rows
     (``agent.dataset``) are checked without making an instance: the user's modules are imported, two
     rows are drawn (``(2, 0)``) and each must have a prompt that ``reset`` can take with the other
@@ -235,14 +238,20 @@ def check_agent_task(cfg: TrainConfig) -> None:
             raise ConfigError(f"agent.task: {task} needs the {' and '.join(missing)} package"
                               f"{'s' if len(missing) > 1 else ''}, not installed: {install}")
         return
-    if cfg.agent.loop != "tools":
-        raise ConfigError(f"agent.task: an environment class ({task}) runs with agent.loop=tools, not "
-                          f"{cfg.agent.loop}")
     from verlog.env_class import (RowSourceError, check_env_class, check_reset_takes, load_object, row_problem,
                                   row_source)
 
     try:
         cls = load_object(task)
+    except ValueError as exc:
+        raise ConfigError(f"agent.task: {exc}") from None
+    if not inspect.isclass(cls):
+        _check_rows_task(cfg, task)
+        return
+    if cfg.agent.loop != "tools":
+        raise ConfigError(f"agent.task: an environment class ({task}) runs with agent.loop=tools, not "
+                          f"{cfg.agent.loop}")
+    try:
         check_env_class(cls, task)
     except ValueError as exc:
         raise ConfigError(f"agent.task: {exc}") from None
@@ -264,6 +273,38 @@ def check_agent_task(cfg: TrainConfig) -> None:
             check_reset_takes(cls, task, row)
         except ValueError as exc:
             raise ConfigError(f"agent.task: {exc}") from None
+
+
+def _check_rows_task(cfg: TrainConfig, task: str) -> None:
+    """``agent.task`` names a row function (:mod:`verlog.agent.rows_task`): its rows are played by the
+    agent of ``agent.loop=proxy``, there is nothing to warm up on, and two rows must come out of
+    ``(2, 0)``.
+
+    Raises:
+        ConfigError: one line naming ``agent.task``, ``agent.dataset`` or ``format_warmup.steps``.
+    """
+    from verlog.env_class import RowSourceError, row_source
+
+    if cfg.agent.loop != "proxy":
+        raise ConfigError(f"agent.task: {task} is not a class; the rows of a row function are played by an agent of "
+                          f"agent.loop=proxy, and agent.loop={cfg.agent.loop} needs an environment class "
+                          "package.module:Class")
+    if cfg.agent.dataset is not None:
+        raise ConfigError(f"agent.dataset: {task} is a row function and gives the rows itself; leave agent.dataset "
+                          "unset")
+    if cfg.format_warmup.steps > 0:
+        raise ConfigError(f"format_warmup.steps: the agent of the row function {task} writes its own replies, so "
+                          "there are no scripts to warm up on; set format_warmup.steps=0")
+    try:
+        source = row_source(task)
+    except ValueError as exc:
+        raise ConfigError(f"agent.task: {exc}") from None
+    try:
+        source(2, 0)
+    except RowSourceError as exc:
+        raise ConfigError(f"agent.task: {exc}") from None
+    except Exception as exc:  # the user's row function may raise anything
+        raise ConfigError(f"agent.task: {task}(2, 0) raised {type(exc).__name__}: {_one_line(exc)}") from None
 
 
 def check_env_task(task: str) -> None:

@@ -22,6 +22,7 @@ import torch
 from verlog import frozen_base
 from verlog.algos.logprobs import entropy_from_logits, logprobs_from_logits
 from verlog.batch import TurnBatch
+from verlog.vision import VisionInput, vision_kwargs
 
 
 @dataclass
@@ -37,6 +38,9 @@ class Rows:
         hidden: [M, S] x H float, the frozen hidden states entering layer ``hidden_split`` of the
             models that share them (:func:`with_frozen_hidden`), or None.
         hidden_split: that layer's index, or None.
+        images: per row, the images of its prompt (:class:`~verlog.vision.VisionInput`, or None for a
+            row without), passed to the model with the row as ``pixel_values``/``image_grid_thw``;
+            None when no row has images (text models).
     """
 
     input_ids: torch.Tensor
@@ -46,6 +50,7 @@ class Rows:
     response_mask: torch.Tensor
     hidden: Optional[torch.Tensor] = None
     hidden_split: Optional[int] = None
+    images: Optional[list[Optional[VisionInput]]] = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -55,8 +60,9 @@ class Rows:
         mask = self.attention_mask[index]
         width = int(mask.sum(-1).max())
         hidden = self.hidden[index, :width] if self.hidden is not None else None
+        images = [self.images[i] for i in index.tolist()] if self.images is not None else None
         return Rows(self.input_ids[index, :width], mask[:, :width], self.prompt_lengths[index],
-                    self.response_ids[index], self.response_mask[index], hidden, self.hidden_split)
+                    self.response_ids[index], self.response_mask[index], hidden, self.hidden_split, images)
 
 
 def pack_rows(prompt_ids: torch.Tensor, prompt_lengths: torch.Tensor, response_ids: torch.Tensor,
@@ -201,7 +207,9 @@ def critic_outputs(critic: Callable, rows: Rows) -> torch.Tensor:
 
 def _forward(model: Callable, rows: Rows, dev: torch.device, **kwargs: Any) -> Any:
     """``model``'s forward over ``rows``: from their frozen hidden states when ``model`` shares them
-    (:func:`verlog.frozen_base.forward`), from the token ids otherwise."""
+    (:func:`verlog.frozen_base.forward`), from the token ids otherwise; the rows' images go with them."""
+    if rows.images is not None:
+        kwargs.update(vision_kwargs(rows.images, dev, next(iter(_parameters(model))).dtype))
     return frozen_base.forward(model, rows.input_ids.to(dev), rows.attention_mask.to(dev), hidden=rows.hidden,
                                hidden_split=rows.hidden_split, **kwargs)
 
@@ -274,8 +282,11 @@ def turn_rows(batch: TurnBatch) -> Rows:
     """The batch's real turns as rows (:func:`turn_positions` order)."""
     pos = turn_positions(batch)
     flat = lambda x: x.flatten(0, 1)[pos]  # noqa: E731
-    return pack_rows(flat(batch.prompt_ids), flat(batch.prompt_lengths), flat(batch.response_ids),
+    rows = pack_rows(flat(batch.prompt_ids), flat(batch.prompt_lengths), flat(batch.response_ids),
                      flat(batch.response_mask), batch.pad_id)
+    if batch.images:
+        rows.images = [batch.images.get(divmod(p, batch.num_envs)) for p in pos.tolist()]
+    return rows
 
 
 def score_batch(batch: TurnBatch, rows: Rows, *, actor: Any, micro_batch_size: int,
@@ -312,6 +323,8 @@ def score_batch(batch: TurnBatch, rows: Rows, *, actor: Any, micro_batch_size: i
     if batch.bootstrap_prompts:
         keys = sorted(batch.bootstrap_prompts)
         prompt_rows = pack_prompts([batch.bootstrap_prompts[k] for k in keys], batch.pad_id)
+        if batch.bootstrap_images:
+            prompt_rows.images = [batch.bootstrap_images.get(k) for k in keys]
         boot = batched(lambda r: critic_outputs(critic, r)[:, 0:1], prompt_rows, micro_batch_size).squeeze(1)
         for (t, n), v in zip(keys, boot.tolist()):
             bootstrap[t, n] = v

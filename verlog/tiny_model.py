@@ -15,13 +15,13 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX as QWEN2_PRETOKENIZE_REGEX
 
-__all__ = ["SPECIAL_TOKENS", "CHATML_TEMPLATE", "PLAIN_CHATML_TEMPLATE", "build_tiny_model"]
+__all__ = ["SPECIAL_TOKENS", "CHATML_TEMPLATE", "PLAIN_CHATML_TEMPLATE", "build_tiny_model", "build_tiny_vl_model"]
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>")
 """Special tokens of the tiny model, in id order 0..3. eos = ``<|im_end|>``, pad = ``<pad>``."""
@@ -79,6 +79,7 @@ PLAIN_CHATML_TEMPLATE = (
 
 _MANIFEST = "verlog_tiny_model.json"
 _MANIFEST_FORMAT = "verlog-tiny-model/1"
+_VL_MANIFEST_FORMAT = "verlog-tiny-vl-model/1"
 
 
 def _corpus_sha256(texts: list[str]) -> str:
@@ -209,16 +210,8 @@ def build_tiny_model(
     manifest = {"format": _MANIFEST_FORMAT, "args": {"seed": seed, **sizes},
                 "corpus_sha256": _corpus_sha256(texts),
                 "chat_template_sha256": hashlib.sha256(CHATML_TEMPLATE.encode()).hexdigest()}
-    if out_dir.exists():
-        existing = _read_manifest(out_dir)
-        if existing == manifest:
-            return out_dir
-        if existing is None and (not out_dir.is_dir() or any(out_dir.iterdir())):
-            raise FileExistsError(f"build_tiny_model: '{out_dir}' exists and is not a Verlog tiny model")
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    def write(tmp: Path) -> None:
         tokenizer = _train_tokenizer(texts, vocab_size, max_position_embeddings)
         eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
         pad_id = tokenizer.convert_tokens_to_ids("<pad>")
@@ -238,6 +231,25 @@ def build_tiny_model(
         )
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+
+    return _write_atomically(out_dir, manifest, write)
+
+
+def _write_atomically(out_dir: Path, manifest: dict, write: Callable[[Path], None]) -> Path:
+    """``out_dir`` as ``write`` fills it, with ``manifest`` written last, built in a hidden temporary
+    directory and renamed into place; an existing directory with the same manifest is returned as is,
+    one with another Verlog manifest replaced, any other non-empty one refused (FileExistsError)."""
+    if out_dir.exists():
+        existing = _read_manifest(out_dir)
+        if existing == manifest:
+            return out_dir
+        if existing is None and (not out_dir.is_dir() or any(out_dir.iterdir())):
+            raise FileExistsError(f"build_tiny_model: '{out_dir}' exists and is not a Verlog tiny model")
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        write(tmp)
         (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))  # written last
         os.chmod(tmp, 0o755)  # mkdtemp (and the safetensors writer) create owner-only entries
         for entry in tmp.iterdir():
@@ -260,3 +272,122 @@ def build_tiny_model(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build_tiny_vl_model(
+    out_dir: str | os.PathLike,
+    corpus: Iterable[str],
+    *,
+    seed: int = 0,
+    vocab_size: int = 1024,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 1,
+    num_kv_heads: int = 1,
+    intermediate_size: int = 256,
+    vision_depth: int = 2,
+    vision_hidden_size: int = 32,
+    vision_heads: int = 2,
+    patch_size: int = 4,
+    max_position_embeddings: int = 2048,
+) -> Path:
+    """Build (or reuse) a small randomly initialised Qwen2.5-VL model with its processor.
+
+    The architecture is transformers' ``Qwen2_5_VLForConditionalGeneration`` (vision tower with
+    window attention, 2x2 patch merger, multimodal RoPE), shrunk: ``vision_depth`` vision blocks of
+    width ``vision_hidden_size`` over ``patch_size`` pixel patches (the last block attends over the
+    whole image, the others in windows), a language model as :func:`build_tiny_model`'s (tied
+    embeddings, float32). The tokenizer is :func:`build_tiny_model`'s, trained on ``corpus``, with the
+    family's vision tokens (:data:`~verlog.vision.VISION_SPECIAL_TOKENS`) appended as special tokens
+    and the family's chat template (:data:`~verlog.vision.VL_CHAT_TEMPLATE`). The image processor is
+    Qwen2-VL's (temporal patch 2, merge 2, mean/std of CLIP) with ``patch_size`` and images kept at
+    their own size (rounded to a multiple of ``2 * patch_size``); the directory also holds the
+    processor (``Qwen2_5_VLProcessor``). A 56 x 56 image (BabyAI's 7x7 view at 8 pixels per cell with
+    ``patch_size=4``) has a 14 x 14 patch grid and becomes 49 image tokens. (transformers'
+    ``Qwen2_5_VLProcessor`` object itself is not saved: it also needs a video processor, which needs
+    torchvision; the image processor and the tokenizer with its chat template are its parts.)
+
+    Weights come from ``seed`` (the global torch RNG is untouched); the directory is written atomically
+    with a manifest and reused or replaced as :func:`build_tiny_model`'s.
+
+    Returns:
+        ``Path(out_dir)``: ``AutoModelForImageTextToText``, ``AutoTokenizer`` and ``AutoImageProcessor``
+        load it.
+
+    Raises:
+        ValueError: sizes as :func:`build_tiny_model`'s, a head dimension not a multiple of 16
+            (multimodal RoPE splits it in three), ``vision_hidden_size`` not divisible by
+            ``vision_heads``, an empty or non-str corpus.
+        FileExistsError: as :func:`build_tiny_model`.
+    """
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    from tokenizers import AddedToken
+
+    from verlog.vision import VISION_SPECIAL_TOKENS, VL_CHAT_TEMPLATE
+
+    out_dir = Path(out_dir)
+    texts = list(corpus)
+    if not texts or any(not isinstance(t, str) for t in texts):
+        raise ValueError("build_tiny_vl_model: corpus must be a non-empty list of str")
+    sizes = dict(vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                 num_kv_heads=num_kv_heads, intermediate_size=intermediate_size, vision_depth=vision_depth,
+                 vision_hidden_size=vision_hidden_size, vision_heads=vision_heads, patch_size=patch_size,
+                 max_position_embeddings=max_position_embeddings)
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"build_tiny_vl_model: {name} must be a positive int, got {value!r}")
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise ValueError(f"build_tiny_vl_model: vocab_size must be >= 260 (bytes + specials), got {vocab_size}")
+    if hidden_size % num_heads or num_heads % num_kv_heads or (hidden_size // num_heads) % 16:
+        raise ValueError(f"build_tiny_vl_model: hidden_size {hidden_size} / num_heads {num_heads} must be a head "
+                         f"dimension divisible by 16, and num_heads divisible by num_kv_heads {num_kv_heads}")
+    if vision_hidden_size % vision_heads or (vision_hidden_size // vision_heads) % 4:
+        raise ValueError(f"build_tiny_vl_model: vision_hidden_size {vision_hidden_size} / vision_heads "
+                         f"{vision_heads} must be a head dimension divisible by 4")
+    manifest = {"format": _VL_MANIFEST_FORMAT, "args": {"seed": seed, **sizes},
+                "corpus_sha256": _corpus_sha256(texts),
+                "chat_template_sha256": hashlib.sha256(VL_CHAT_TEMPLATE.encode()).hexdigest()}
+
+    def write(tmp: Path) -> None:
+        tokenizer = _train_tokenizer(texts, vocab_size, max_position_embeddings)
+        tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in VISION_SPECIAL_TOKENS],
+                             special_tokens=True)
+        tokenizer.chat_template = VL_CHAT_TEMPLATE
+        ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (*SPECIAL_TOKENS, *VISION_SPECIAL_TOKENS)}
+        head_dim = hidden_size // num_heads
+        config = Qwen2_5_VLConfig(
+            text_config=dict(
+                vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
+                num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+                max_position_embeddings=max_position_embeddings, bos_token_id=ids["<|endoftext|>"],
+                eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<pad>"],
+                # multimodal RoPE: the rotary half of a head split (temporal, height, width) as Qwen's 1:1.5:1.5
+                rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0,
+                                 "mrope_section": [head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16]},
+            ),
+            vision_config=dict(
+                depth=vision_depth, hidden_size=vision_hidden_size, intermediate_size=2 * vision_hidden_size,
+                num_heads=vision_heads, patch_size=patch_size, spatial_merge_size=2, temporal_patch_size=2,
+                window_size=8 * patch_size, out_hidden_size=hidden_size, fullatt_block_indexes=[vision_depth - 1],
+            ),
+            image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+            vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+            tie_word_embeddings=True, dtype="float32",
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = Qwen2_5_VLForConditionalGeneration(config)
+        model.generation_config = GenerationConfig(
+            bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<pad>"])
+        model.save_pretrained(tmp, safe_serialization=True)
+        factor = 2 * patch_size
+        image_processor = Qwen2VLImageProcessorPil(
+            patch_size=patch_size, merge_size=2, temporal_patch_size=2,
+            min_pixels=factor * factor, max_pixels=(64 * factor) ** 2)
+        # The image processor and the tokenizer (with the chat template) are the processor's parts;
+        # transformers' Qwen2_5_VLProcessor itself also needs a video processor, which needs torchvision.
+        image_processor.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    return _write_atomically(out_dir, manifest, write)

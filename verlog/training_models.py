@@ -24,6 +24,7 @@ from verlog.lora import add_lora
 from verlog.models import load_actor, load_critic
 from verlog.safe_load import weights_only_loads
 from verlog.scoring import Rows, policy_outputs, turn_rows, with_frozen_hidden
+from verlog.vision import vision_tower
 
 __all__ = ["TrainingModels", "build_training_models", "train_top_layers"]
 
@@ -95,13 +96,23 @@ def train_top_layers(model: torch.nn.Module, k: int) -> None:
 
 
 def _prepared(model: torch.nn.Module, cfg: TrainConfig, base_path: str | Path, *, critic: bool) -> torch.nn.Module:
-    """``model`` ready for its engine: LoRA adapters when ``model.lora_rank`` > 0 (on the top
-    ``model.trainable_layers`` layers when set), gradient checkpointing when on, and the layers
-    below the top ``model.trainable_layers`` frozen (:func:`train_top_layers`)."""
+    """``model`` ready for its engine: the vision tower frozen with ``model.freeze_vision``, LoRA
+    adapters when ``model.lora_rank`` > 0 (on the top ``model.trainable_layers`` layers when set),
+    gradient checkpointing when on, and the layers below the top ``model.trainable_layers`` frozen
+    (:func:`train_top_layers`).
+
+    Raises:
+        ValueError: ``model.freeze_vision`` on a model without a vision tower (one line naming the key).
+    """
     m = cfg.model
     k = m.trainable_layers
+    if m.freeze_vision:
+        tower = vision_tower(model)
+        if tower is None:
+            raise ValueError("model.freeze_vision: the model has no vision tower")
+        tower.requires_grad_(False)
     if m.lora_rank:
-        n = len(decoder_layers(model))
+        n = len(decoder_layers(model)) if k is not None else 0
         model = add_lora(model, rank=m.lora_rank, alpha=m.lora_alpha, dropout=m.lora_dropout,
                          target_modules=m.lora_target_modules, base_path=base_path, critic=critic,
                          modules_to_save=m.lora_modules_to_save,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from tqdm import tqdm
@@ -22,6 +22,7 @@ from verlog.logging import phase_label
 from verlog.memory import completion_of
 from verlog.rollout.runner import EpisodeSpec, run_episodes
 from verlog.scoring import pack_pairs, policy_outputs
+from verlog.vision import VisionInput
 
 
 def format_reply(action: str) -> str:
@@ -61,11 +62,13 @@ class WarmupExample:
     ``replies`` are the texts the model is taught to write right after ``prompt_ids``. For a text
     env: a prompt of random play and ``format_reply(a)`` for every valid action ``a``; when the
     memory pre-fills a reply prefix (which the prompt then ends with), only the part of
-    ``format_reply(a)`` after the prefix (:func:`~verlog.memory.completion_of`).
+    ``format_reply(a)`` after the prefix (:func:`~verlog.memory.completion_of`). ``images``: the
+    prompt's images (a vision memory's, :class:`~verlog.vision.VisionInput`), or None.
     """
 
     prompt_ids: list[int]
     replies: list[str]
+    images: Optional[VisionInput] = None
 
 
 class _RandomPlay:
@@ -89,7 +92,8 @@ class _RandomPlay:
         replies = []
         for memory, info in zip(memories, infos):
             targets = [completion_of(memory.reply_prefix, format_reply(a)) for a in info["valid_actions"]]
-            self.examples.append(WarmupExample(memory.prompt_ids()[0], targets))
+            images = memory.prompt_images() if hasattr(memory, "prompt_images") else None
+            self.examples.append(WarmupExample(memory.prompt_ids()[0], targets, images))
             replies.append(format_reply(self.rng.choice(info["valid_actions"])))
         return replies
 
@@ -135,6 +139,8 @@ def format_warmup(model: torch.nn.Module, encode: Callable[[str], list[int]], eo
         picked = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
         targets = [encode(rng.choice(ex.replies)) + [eos_id] for ex in picked]
         rows = pack_pairs([ex.prompt_ids for ex in picked], targets, pad_id)
+        if any(ex.images is not None for ex in picked):
+            rows.images = [ex.images for ex in picked]
         logprobs, _ = policy_outputs(model, rows)
         loss = -(logprobs * rows.response_mask).sum() / rows.response_mask.sum()
         optimizer.zero_grad(set_to_none=True)

@@ -3,8 +3,9 @@ starts (its messages, tools and reward), and (for the tiny model) a tokenizer co
 warm-up scripts.
 
 A task is looked up by :func:`make_agent_task`: by name (``calculator`` and ``search`` are built in,
-:mod:`verlog.agent.calculator`, :mod:`verlog.agent.search`) or by the import path ``package.module:Class`` of an environment
-class in TRL's convention (:mod:`verlog.agent.class_task`).
+:mod:`verlog.agent.calculator`, :mod:`verlog.agent.search`), by the import path ``package.module:Class`` of an environment
+class in TRL's convention (:mod:`verlog.agent.class_task`), or by the import path of a row function
+whose rows an outside agent plays through the proxy (:mod:`verlog.agent.rows_task`).
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ def make_agent_task(name: str, **kwargs: Any) -> AgentTask:
     """The task ``name`` built with ``kwargs``: a registered name (calculator: ``max_operand``; search:
     ``top_k`` passages per search and the ``world_seed`` of its invented world), or the
     import path ``package.module:Class`` of an environment class (``dataset``: see
-    :func:`verlog.agent.class_task.class_task`).
+    :func:`verlog.agent.class_task.class_task`), or the import path of a row function whose rows an
+    agent of ``agent.loop=proxy`` plays (:func:`verlog.agent.rows_task.rows_task`).
 
     Raises:
         KeyError: neither a known name nor an import path (the message lists the known names).
@@ -118,9 +120,17 @@ def make_agent_task(name: str, **kwargs: Any) -> AgentTask:
     if name in AGENT_TASKS:
         return AGENT_TASKS[name](**kwargs)
     if is_import_path(name):
-        from verlog.agent.class_task import class_task  # it builds on this module's types
+        import inspect
 
-        return class_task(name, **kwargs)
+        from verlog.agent.class_task import class_task  # they build on this module's types
+        from verlog.agent.rows_task import rows_task
+        from verlog.env_class import load_object
+
+        if inspect.isclass(load_object(name)):
+            return class_task(name, **kwargs)
+        if kwargs.get("dataset") is not None:
+            raise ValueError(f"agent.dataset is for an environment class; {name} is not a class")
+        return rows_task(name)
     raise KeyError(f"unknown agent task {name!r}; known: {', '.join(sorted(AGENT_TASKS))}, or an import path "
                    "package.module:Class")
 

@@ -231,6 +231,11 @@ class BabyAITextEnv(TextEnv):
         shaping_gamma: the learner's step discount, the gamma of the shaping term (in [0, 1]).
         text_style: the observation text, ``"balrog"`` (BALROG's, byte for byte; the default) or
             ``"tidy"`` (Verlog's earlier wording); see :mod:`verlog.envs.babyai_text`.
+        observation_mode: ``"text"`` (str observations, the default), ``"image"`` (a dict: the mission
+            as text and the image of the agent's 7x7 view) or ``"both"`` (a dict: the text
+            observation and the image); see :meth:`~verlog.envs.base.TextEnv.enable_images`.
+        image_tile_px: pixels per grid cell of the image (the image is ``7 * image_tile_px`` pixels
+            square: minigrid's own partial-view render, the agent at the bottom centre facing up).
 
     Attributes:
         minigrid: the raw minigrid level (for inspection and hand-made test layouts).
@@ -255,8 +260,13 @@ class BabyAITextEnv(TextEnv):
         distance_shaping: float = 0.0,
         shaping_gamma: float = 1.0,
         text_style: str = "balrog",
+        observation_mode: str = "text",
+        image_tile_px: int = 8,
     ) -> None:
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
+        if isinstance(image_tile_px, bool) or not isinstance(image_tile_px, int) or image_tile_px < 1:
+            raise ValueError(f"image_tile_px must be an int >= 1, got {image_tile_px!r}")
+        self.image_tile_px = image_tile_px
         if text_style not in TEXT_STYLES:
             raise ValueError(f"text_style must be one of {list(TEXT_STYLES)}, got {text_style!r}")
         self.text_style = text_style
@@ -271,6 +281,8 @@ class BabyAITextEnv(TextEnv):
         if "max_steps" in kwargs:
             raise ValueError("pass max_steps as BabyAITextEnv's own argument, not inside level_kwargs")
         self.minigrid: MiniGridEnv = _build_level(level, max_steps, kwargs)
+        side = self.minigrid.agent_view_size * image_tile_px
+        self.enable_images(observation_mode, (side, side))
         self._mission: str | None = None
         self._success = False
         self.rejected_layouts = 0
@@ -302,6 +314,13 @@ class BabyAITextEnv(TextEnv):
         carrying = g.carrying.encode() if g.carrying is not None else (0, 0, 0)
         head = np.array([*g.agent_pos, g.agent_dir, *carrying], dtype=np.int64).tobytes()
         return head + g.grid.encode().tobytes() + self.mission.encode()
+
+    def render_image(self) -> np.ndarray:
+        """[7 * image_tile_px, 7 * image_tile_px, 3] uint8: minigrid's render of the agent's partial
+        view (what the text lists: walls and closed doors hide what is behind them, unseen cells
+        black), the agent at the bottom centre facing up. Raises RuntimeError before the first reset."""
+        require_episode(self._mission)
+        return np.ascontiguousarray(self.minigrid.get_pov_render(self.image_tile_px), dtype=np.uint8)
 
     def describe(self) -> str:
         """The text observation of the level's current state (no notice line)."""
@@ -354,6 +373,8 @@ def make_babyai(
     distance_shaping: float = 0.0,
     shaping_gamma: float = 1.0,
     text_style: str = "balrog",
+    observation_mode: str = "text",
+    image_tile_px: int = 8,
 ) -> BabyAITextEnv:
     """Build the BabyAI task ``task`` (a key of :data:`BABYAI_TASKS`).
 
@@ -367,6 +388,7 @@ def make_babyai(
         instruction_style: ``"full"`` or ``"brief"`` (see :class:`BabyAITextEnv`).
         distance_shaping, shaping_gamma: the training-only distance shaping (see :class:`BabyAITextEnv`).
         text_style: ``"balrog"`` or ``"tidy"`` (see :class:`BabyAITextEnv`).
+        observation_mode, image_tile_px: image observations (see :class:`BabyAITextEnv`).
 
     Raises:
         ValueError: unknown task (the message lists the known ones), or bad arguments.
@@ -381,6 +403,8 @@ def make_babyai(
         distance_shaping=distance_shaping,
         shaping_gamma=shaping_gamma,
         text_style=text_style,
+        observation_mode=observation_mode,
+        image_tile_px=image_tile_px,
     )
 
 

@@ -26,6 +26,7 @@ from abc import ABC, abstractmethod
 from typing import Any, TypeVar
 
 import gymnasium
+import numpy as np
 from gymnasium import spaces
 
 from verlog.envs.parsing import extract_action
@@ -33,6 +34,9 @@ from verlog.envs.parsing import extract_action
 __all__ = [
     "TextEnv",
     "TEXT_CHARSET",
+    "OBSERVATION_MODES",
+    "observation_text",
+    "observation_image",
     "OBS_MAX_CHARS",
     "REPLY_MAX_CHARS",
     "INFO_KEYS",
@@ -74,6 +78,21 @@ INFO_KEYS: tuple[str, ...] = (
 )
 
 _RESERVED_KEYS = frozenset(INFO_KEYS)
+
+#: ``observation_mode`` of a game that can show images (:meth:`TextEnv.enable_images`): ``text`` (a
+#: ``str`` observation, the default), ``image`` (a dict whose text is the mission only, with the image of
+#: what the agent sees) or ``both`` (a dict: the full text observation and the image).
+OBSERVATION_MODES: tuple[str, ...] = ("text", "image", "both")
+
+
+def observation_text(observation: Any) -> str:
+    """The text of an observation: a ``str`` observation itself, a dict observation's ``"text"``."""
+    return observation["text"] if isinstance(observation, dict) else observation
+
+
+def observation_image(observation: Any) -> np.ndarray | None:
+    """The [H, W, 3] uint8 RGB image of a dict observation, ``None`` for a ``str`` observation."""
+    return observation.get("image") if isinstance(observation, dict) else None
 
 
 def invalid_action_notice(executed: str) -> str:
@@ -177,6 +196,56 @@ class TextEnv(gymnasium.Env, ABC):
         self._needs_reset = True
         self._info_keys: frozenset[str] | None = None
         self._instruction: str | None = None  # see :attr:`instruction`
+        self.observation_mode = "text"
+
+    # ------------------------------------------------------------------ image observations
+    def enable_images(self, mode: str, image_shape: tuple[int, int]) -> None:
+        """Switch the observations to ``mode`` (:data:`OBSERVATION_MODES`); a game that can render what
+        the agent sees calls it from ``__init__`` and implements :meth:`render_image`.
+
+        In ``image`` and ``both`` modes every observation is a dict ``{"text": str, "image": uint8
+        array [H, W, 3]}`` and ``observation_space`` the matching ``spaces.Dict``; in ``image`` mode the
+        text is :meth:`image_mode_text` (the mission), preceded by the invalid-reply notice line when
+        there is one. ``text`` keeps the plain ``str`` observations.
+
+        Args:
+            mode: ``"text"``, ``"image"`` or ``"both"``.
+            image_shape: (H, W) in pixels of :meth:`render_image`'s images.
+
+        Raises:
+            ValueError: an unknown mode or a non-positive image size.
+        """
+        if mode not in OBSERVATION_MODES:
+            raise ValueError(f"observation_mode must be one of {list(OBSERVATION_MODES)}, got {mode!r}")
+        if len(image_shape) != 2 or min(image_shape) < 1:
+            raise ValueError(f"image_shape must be (height, width) > 0, got {image_shape!r}")
+        self.observation_mode = mode
+        if mode != "text":
+            self.observation_space = spaces.Dict({
+                "text": spaces.Text(OBS_MAX_CHARS, min_length=0, charset=TEXT_CHARSET),
+                "image": spaces.Box(0, 255, (*image_shape, 3), dtype=np.uint8),
+            })
+
+    def render_image(self) -> np.ndarray:
+        """The [H, W, 3] uint8 image of what the agent sees now (games that call :meth:`enable_images`).
+
+        Raises:
+            NotImplementedError: the game shows no images.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no image observations")
+
+    def image_mode_text(self) -> str:
+        """The text shown beside the image in ``image`` mode; default the episode's ``mission``."""
+        return str(getattr(self, "mission", ""))
+
+    def _shown_observation(self, text: str, notice: str | None = None) -> Any:
+        """The observation of ``text`` (with the notice line ``notice``) in the env's mode."""
+        if self.observation_mode == "text":
+            return text if notice is None else notice + "\n" + text
+        shown = self.image_mode_text() if self.observation_mode == "image" else text
+        if notice is not None:
+            shown = notice + "\n" + shown
+        return {"text": shown, "image": self.render_image()}
 
     # ------------------------------------------------------------------ to implement in a game
     @abstractmethod
@@ -262,7 +331,7 @@ class TextEnv(gymnasium.Env, ABC):
         return self._episode_step
 
     # ------------------------------------------------------------------ gymnasium API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         """Start a new episode.
 
         Args:
@@ -270,7 +339,8 @@ class TextEnv(gymnasium.Env, ABC):
             options: unused; must be ``None`` or empty.
 
         Returns:
-            ``(observation, info)``; ``info`` holds :data:`INFO_KEYS` with neutral step values.
+            ``(observation, info)``: a str observation, or a dict one in an image mode
+            (:meth:`enable_images`); ``info`` holds :data:`INFO_KEYS` with neutral step values.
 
         Raises:
             ValueError: if ``options`` is non-empty.
@@ -286,9 +356,9 @@ class TextEnv(gymnasium.Env, ABC):
         self._needs_reset = False
         info = self._make_info(game_info, action="", action_valid=True, game_reward=0.0)
         self._info_keys = frozenset(info)
-        return obs, info
+        return self._shown_observation(obs), info
 
-    def step(self, reply: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def step(self, reply: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         """Parse ``reply``, execute the action (or the default one), return the 5-tuple.
 
         Args:
@@ -323,8 +393,7 @@ class TextEnv(gymnasium.Env, ABC):
             truncated = False  # a real end of the game on the last allowed step is a termination
         game_reward = float(game_reward)
         reward = game_reward if action_valid else game_reward + self.format_penalty
-        if not action_valid:
-            obs = invalid_action_notice(action) + "\n" + obs
+        obs = self._shown_observation(obs, None if action_valid else invalid_action_notice(action))
         self._needs_reset = terminated or truncated
         info = self._make_info(game_info, action=action, action_valid=action_valid, game_reward=game_reward)
         if info.keys() != self._info_keys:  # a set comparison without building a frozenset per step

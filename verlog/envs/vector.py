@@ -27,7 +27,8 @@ from verlog.envs.groups import StateKeyInfo
 from verlog.envs.registry import is_registered, make_env
 from verlog.envs.replay import ReplayableEpisodes
 
-__all__ = ["TextVectorEnv", "make_vector_env", "split_infos", "final_observations", "final_infos"]
+__all__ = ["TextVectorEnv", "make_vector_env", "split_infos", "final_observations", "final_infos",
+           "unbatch_observations"]
 
 _FINAL_OBS = "final_obs"
 _FINAL_INFO = "final_info"
@@ -162,6 +163,15 @@ def _replayable(name: str, env_kwargs: dict[str, Any], step_timeout_s: float | N
     ``state_keys``, its infos carry the state id (:class:`~verlog.envs.groups.StateKeyInfo`)."""
     env = make_guarded_env(name, env_kwargs, step_timeout_s, restart_attempts)
     return ReplayableEpisodes(StateKeyInfo(env) if state_keys else env)
+
+
+def unbatch_observations(observations: Any, num_envs: int) -> list[Any]:
+    """The N observations of a vector env's ``reset``/``step``, one per env: the str observations as
+    they are, image-mode observations (gymnasium batches a ``Dict`` space into a dict of batched
+    values: a tuple of N texts, an [N, H, W, 3] image array) split back into one dict per env."""
+    if isinstance(observations, dict):
+        return [{key: value[i] for key, value in observations.items()} for i in range(num_envs)]
+    return list(observations)
 
 
 def _num_envs(infos: dict[str, Any], num_envs: int | None) -> int:

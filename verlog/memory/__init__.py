@@ -7,6 +7,8 @@
 * ``full`` (:class:`FullMemory`): plus every turn of the episode, for comparison;
 * ``summary`` (:class:`SummaryMemory`): plus a bounded running record (the latest turns as one line
   each, counts of older ones, the env's key events);
+* ``vision`` (:class:`VisionMemory`): the window of a vision-language model, whose prompts show the
+  last ``memory.max_images`` images of an env in an image mode (``env.observation_mode``);
 * ``module.path:ClassName``: a user's class implementing :class:`Memory`.
 
 All built-in ones render chat messages through the tokenizer's chat template within
@@ -22,6 +24,15 @@ from verlog.memory.window import FullMemory, NoMemory, WindowMemory
 
 __all__ = [
     "EVENT_INFO_KEYS", "MEMORY_TYPES", "ChatMemory", "FullMemory", "Memory", "NoMemory", "PromptStats",
-    "SummaryMemory", "TurnOutcome", "WindowMemory", "check_memory_class", "completion_of", "join_reply",
+    "SummaryMemory", "TurnOutcome", "VisionMemory", "WindowMemory", "check_memory_class", "completion_of", "join_reply",
     "memory_class",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``VisionMemory`` on first use: it imports torch, which the rest of the package does not need."""
+    if name == "VisionMemory":
+        from verlog.memory.vision import VisionMemory
+
+        return VisionMemory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -57,11 +57,14 @@ class PromptStats:
         trimmed_observation_tokens: tokens cut from the end of the current observation because
             even a prompt with no history did not fit (counted in the observation's own
             tokenisation); normally 0.
+        dropped_images: stored images (of the kept turns and the current observation) not shown in
+            this prompt, by the memory's image limit or its token budget; 0 for text memories.
     """
 
     num_tokens: int
     trimmed_turns: int
     trimmed_observation_tokens: int
+    dropped_images: int = 0
 
 
 @dataclass(frozen=True)

@@ -5,22 +5,42 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from verlog.imports import module_exists
 from verlog.memory.base import Memory
-from verlog.memory.summary import SummaryMemory
-from verlog.memory.window import FullMemory, NoMemory, WindowMemory
 
 __all__ = ["MEMORY_TYPES", "PROTOCOL_METHODS", "check_memory_class", "memory_class"]
 
-#: The built-in memories, by ``memory.type``.
-MEMORY_TYPES: dict[str, type[Memory]] = {
-    "none": NoMemory,
-    "window": WindowMemory,
-    "full": FullMemory,
-    "summary": SummaryMemory,
-}
+
+
+class _BuiltinMemories(Mapping):
+    """``memory.type`` name -> class, each module imported when its class is first asked for: the
+    vision memory needs torch, which a config check must not wait for."""
+
+    def __init__(self, paths: dict[str, str]) -> None:
+        self._paths = paths
+
+    def __getitem__(self, name: str) -> type[Memory]:
+        module, _, attr = self._paths[name].partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+#: The built-in memories, by ``memory.type`` (a read-only mapping to the classes).
+MEMORY_TYPES: Mapping[str, type[Memory]] = _BuiltinMemories({
+    "none": "verlog.memory.window:NoMemory",
+    "window": "verlog.memory.window:WindowMemory",
+    "full": "verlog.memory.window:FullMemory",
+    "summary": "verlog.memory.summary:SummaryMemory",
+    "vision": "verlog.memory.vision:VisionMemory",
+})
 #: The methods every memory class has (see :class:`~verlog.memory.base.Memory`).
 PROTOCOL_METHODS = ("start_episode", "add_turn", "prompt_ids", "state_dict", "load_state_dict")
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any, Callable, ContextManager
 
 from verlog.batch import TurnBatch
+from verlog.envs.base import observation_text
 from verlog.envs.replay import env_states, restore_env_states
 from verlog.rollout.engine import RolloutEngine, SamplingParams
 from verlog.rollout.records import CollectStats
-from verlog.rollout.runner import Memory, Slot, generate_turn, play_turn, vector_reset, vector_step
+from verlog.rollout.runner import Memory, Slot, generate_turn, play_turn, prompt_images, vector_reset, vector_step
 from verlog.rollout.server import close_served, weights_pause
 
 __all__ = ["FixedTurnCollector"]
@@ -82,9 +83,17 @@ class FixedTurnCollector:
             "prompts", "responses", "logprobs", "rewards", "terminated", "truncated", "episode_ids",
             "action_valid", "cut")}
         bootstrap: dict[tuple[int, int], list[int]] = {}
+        images: dict[tuple[int, int], Any] = {}  # (t, n) -> the prompt's VisionInput (vision memory)
+        bootstrap_images: dict[tuple[int, int], Any] = {}
+
+        def add_images(store: dict[tuple[int, int], Any], t: int, pairs: Any) -> None:
+            for n, vision in pairs:
+                if vision is not None:
+                    store[(t, n)] = vision
 
         for t in range(T):
             prompts, gens, replies = generate_turn(self.memories, self.engine, self.decode, self.sampling, stats)
+            add_images(images, t, enumerate(prompt_images(self.memories)))
             steps = vector_step(self.venv, range(N), replies, stats)
             row_ep, row_valid = [], []
             for slot, reply, step, record in play_turn(self.slots, replies, steps, stats=stats):
@@ -96,6 +105,7 @@ class FixedTurnCollector:
                     # Value the observation that followed the cut: the episode's own final one.
                     slot.memory.add_turn(reply, step.observation, step.info["context"], step.outcome)
                     bootstrap[(t, slot.index)] = slot.memory.prompt_ids()[0]
+                    add_images(bootstrap_images, t, [(slot.index, prompt_images([slot.memory])[0])])
                 stats.episodes.append(record)
                 self._begin(slot, *step.next_episode)
 
@@ -113,11 +123,13 @@ class FixedTurnCollector:
         for n in range(N):
             if not cols["terminated"][-1][n] and (T - 1, n) not in bootstrap:
                 bootstrap[(T - 1, n)] = self.memories[n].prompt_ids()[0]
+                add_images(bootstrap_images, T - 1, [(n, prompt_images([self.memories[n]])[0])])
 
         batch = TurnBatch.from_turns(
             cols["prompts"], cols["responses"], cols["logprobs"], cols["rewards"], cols["terminated"],
             cols["truncated"], cols["episode_ids"], cols["action_valid"], cols["cut"], bootstrap,
             pad_id=self.pad_id, max_response_tokens=self.sampling.max_tokens,
+            images=images, bootstrap_images=bootstrap_images,
         )
         return batch, stats
 
@@ -167,7 +179,7 @@ class FixedTurnCollector:
         if self._started:
             self.venv.reset(seed=self.seed)
             replayed = restore_env_states(self.venv, state["envs"])
-            bad = [n for n in range(self.num_envs) if replayed[n] != self.slots[n].observation]
+            bad = [n for n in range(self.num_envs) if observation_text(replayed[n]) != self.slots[n].observation]
             if bad:
                 raise ValueError(f"resume: replaying envs {bad} did not reproduce their saved observation "
                                  "(the environment is not deterministic given its seed and replies)")

@@ -20,7 +20,7 @@ from verlog.batch import TurnBatch
 from verlog.envs.groups import STATE_KEY_INFO, group_seeds
 from verlog.rollout.engine import RolloutEngine, SamplingParams
 from verlog.rollout.records import CollectStats
-from verlog.rollout.runner import Memory, Slot, generate_turn, play_turn, vector_reset, vector_step
+from verlog.rollout.runner import Memory, Slot, generate_turn, play_turn, prompt_images, vector_reset, vector_step
 from verlog.rollout.server import close_served, weights_pause
 
 __all__ = ["EpisodeCollector"]
@@ -87,10 +87,14 @@ class EpisodeCollector:
             self._next_episode_id += 1
             keys[slot.index] = int(info[STATE_KEY_INFO]) if self.state_keys else 0
         cols: list[dict[str, list[Any]]] = [{k: [] for k in _FIELDS} for _ in range(N)]
+        images: dict[tuple[int, int], Any] = {}  # (t, n) -> the prompt's VisionInput (vision memory)
         active = list(self.slots)
         while active:
             prompts, gens, replies = generate_turn([s.memory for s in active], self.engine, self.decode,
                                                    self.sampling, stats)
+            for slot, vision in zip(active, prompt_images([s.memory for s in active])):
+                if vision is not None:
+                    images[(len(cols[slot.index]["prompts"]), slot.index)] = vision
             steps = vector_step(self.venv, [s.index for s in active], replies, stats)
             still = []
             for j, (slot, _, step, record) in enumerate(play_turn(active, replies, steps, stats=stats,
@@ -114,9 +118,10 @@ class EpisodeCollector:
                     keys[n] = int(step.info[STATE_KEY_INFO])
                 still.append(slot)
             active = still
-        return self._pack(cols, round_index), stats
+        return self._pack(cols, round_index, images), stats
 
-    def _pack(self, cols: list[dict[str, list[Any]]], round_index: int) -> TurnBatch:
+    def _pack(self, cols: list[dict[str, list[Any]]], round_index: int,
+              images: dict[tuple[int, int], Any] | None = None) -> TurnBatch:
         """Time-major padded lists -> TurnBatch (turns past an episode's end are padding)."""
         N = self.num_envs
         T = max(len(c["rewards"]) for c in cols)
@@ -129,7 +134,7 @@ class EpisodeCollector:
             grid["prompts"], grid["responses"], grid["logprobs"], grid["rewards"], grid["terminated"],
             grid["truncated"], grid["episode_ids"], grid["action_valid"], grid["cut"], {},
             pad_id=self.pad_id, max_response_tokens=self.sampling.max_tokens, turn_mask=turn_mask,
-            group_ids=group_ids, state_ids=grid["state_ids"] if self.state_keys else None,
+            group_ids=group_ids, state_ids=grid["state_ids"] if self.state_keys else None, images=images,
         )
 
     def state_dict(self) -> dict:

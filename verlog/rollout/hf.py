@@ -11,6 +11,7 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 
 from verlog.models import load_actor, load_tokenizer
 from verlog.rollout.engine import Generation, SamplingParams
+from verlog.vision import VisionInput, vision_kwargs
 
 __all__ = ["HFEngine", "check_request", "eos_token_ids"]
 
@@ -94,6 +95,10 @@ class HFEngine:
     Logprobs are ``log_softmax`` of the raw logits (``output_logits=True``), i.e. under
     the unwarped model distribution, in nats, computed in float32.
 
+    Vision-language models (Qwen2-VL, Qwen2.5-VL) take each prompt's images (``images`` of
+    :meth:`generate`); their image and video placeholder tokens are never sampled (suppressed in
+    sampling; the logprobs stay those of the raw distribution).
+
     Determinism: every call runs under ``torch.random.fork_rng`` with a call seed —
     ``params.seed`` if given, else the next draw from the engine's own ``torch.Generator``
     seeded with ``seed`` — so results depend only on (engine seed, call order, batch) and
@@ -144,6 +149,11 @@ class HFEngine:
             raise ValueError("HFEngine: the tokenizer has no pad token (use verlog.models.load_tokenizer)")
         self.pad_token_id = int(pad)
         self._generator = torch.Generator().manual_seed(int(seed))
+        # A vision-language model never samples its image/video placeholders: one in a response would
+        # ask the vision tower for an image that the turn does not have.
+        config = model.config
+        self._suppressed = sorted({int(getattr(config, k)) for k in ("image_token_id", "video_token_id")
+                                   if getattr(config, k, None) is not None})
 
     @property
     def generator(self) -> torch.Generator:
@@ -182,16 +192,21 @@ class HFEngine:
             eos_token_id=self.eos_token_ids,
             pad_token_id=self.pad_token_id,
             use_cache=True,
+            suppress_tokens=self._suppressed or None,
             output_logits=True,
             return_dict_in_generate=True,
         )
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 images: Sequence[VisionInput | None] | None = None) -> list[Generation]:
         """Generate one response per prompt, in order.
 
         Args:
             prompts: B token-id lists (no padding).
             params: sampling parameters.
+            images: for a vision-language model, each prompt's images (``None``: none), whose
+                placeholder tokens the prompt's ids already hold (:mod:`verlog.vision`); passed to
+                ``generate`` as ``pixel_values`` and ``image_grid_thw``.
 
         Returns:
             B ``Generation``: response ids up to and including the first eos
@@ -201,8 +216,10 @@ class HFEngine:
         Raises:
             ValueError / TypeError: see :func:`check_request`.
         """
-        config = self._model.config
+        config = self._model.config.get_text_config()  # a vision-language config keeps them in text_config
         ids = check_request(prompts, params, config.vocab_size, config.max_position_embeddings)
+        if images is not None and len(images) != len(ids):
+            raise ValueError(f"HFEngine: {len(images)} image inputs for {len(ids)} prompts")
         width = max(len(p) for p in ids)
         input_ids = torch.full((len(ids), width), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(ids), width), dtype=torch.long)
@@ -220,6 +237,7 @@ class HFEngine:
                     input_ids=input_ids.to(self.device),
                     attention_mask=attention_mask.to(self.device),
                     generation_config=self._generation_config(params),
+                    **vision_kwargs(images, self.device, self._model.dtype),
                 )
         finally:
             self._model.train(was_training)

@@ -87,6 +87,7 @@ class CollectStats:
     prompt_tokens: list[int] = field(default_factory=list)
     trimmed_turns: int = 0
     trimmed_observation_tokens: int = 0
+    dropped_images: int = 0  # stored images left out of prompts (vision memory's image limit or budget)
     invalid_actions: int = 0
     turns: int = 0
     generate_seconds: float = 0.0

@@ -36,16 +36,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol, Sequence
 
 from verlog.envs import make_env
+from verlog.envs.base import observation_text
 from verlog.envs.faults import count_faults
 from verlog.envs.mixture import TASK_INFO_KEY
-from verlog.envs.vector import final_infos, final_observations, split_infos
+from verlog.envs.vector import final_infos, final_observations, split_infos, unbatch_observations
 from verlog.memory import Memory, TurnOutcome, join_reply
 from verlog.rollout.engine import Generation, RolloutEngine, SamplingParams
 from verlog.rollout.records import CollectStats, EpisodeRecord
 
 __all__ = [
     "EpisodeSpec", "Memory", "Outcome", "Policy", "Slot", "Step", "env_step", "generate_turn", "play_turn",
-    "run_episodes", "vector_reset", "vector_step",
+    "prompt_images", "run_episodes", "vector_reset", "vector_step",
 ]
 
 
@@ -54,7 +55,8 @@ class Step:
     """One env step of one slot.
 
     Attributes:
-        observation: the observation after the step; for an episode that ended, its final one.
+        observation: the observation after the step; for an episode that ended, its final one (a str,
+            or an image-mode dict, :meth:`~verlog.envs.base.TextEnv.enable_images`).
         reward: the step's reward.
         terminated: the episode ended for good.
         truncated: the episode was cut without terminating.
@@ -63,12 +65,12 @@ class Step:
             slot when this one ended (same-step autoreset); ``None`` otherwise.
     """
 
-    observation: str
+    observation: Any
     reward: float
     terminated: bool
     truncated: bool
     info: dict[str, Any]
-    next_episode: tuple[str, dict[str, Any]] | None = None
+    next_episode: tuple[Any, dict[str, Any]] | None = None
 
     @property
     def done(self) -> bool:
@@ -109,16 +111,18 @@ class Slot:
     invalid_actions: int = 0
     turns: list[dict[str, Any]] | None = None
 
-    def begin(self, episode_id: int, observation: str, info: dict[str, Any], *, task: str = "",
+    def begin(self, episode_id: int, observation: Any, info: dict[str, Any], *, task: str = "",
               seed: int | None = None) -> None:
         """Start episode ``episode_id`` from its first observation and reset info (memory included).
 
-        The episode's task is ``info["task"]`` when the env reports one (a task mixture's drawn task,
+        The memory gets the observation as the env returned it (an image-mode dict included); the slot
+        keeps its text (:attr:`observation`, for turn logs and checkpoints). The episode's task is
+        ``info["task"]`` when the env reports one (a task mixture's drawn task,
         :class:`~verlog.envs.mixture.TaskMixture`), else ``task``."""
         if self.memory is not None:
             self.memory.start_episode(info["instruction"], observation, info["context"])
         self.episode_id, self.task, self.seed = episode_id, info.get(TASK_INFO_KEY, task), seed
-        self.observation, self.info = observation, info
+        self.observation, self.info = observation_text(observation), info
         self.episode_return, self.length, self.invalid_actions = 0.0, 0, 0
         self.turns = [] if self.record_turns else None
 
@@ -134,7 +138,7 @@ class Slot:
         if self.turns is not None:
             self.turns.append({"observation": self.observation, "context": self.info["context"], "reply": reply,
                                "action": step.info["action"], "action_valid": step.valid, "reward": step.reward})
-        self.observation, self.info = step.observation, step.info
+        self.observation, self.info = observation_text(step.observation), step.info
         if not step.done:
             if self.memory is not None:
                 self.memory.add_turn(reply, step.observation, step.info["context"], step.outcome)
@@ -179,15 +183,26 @@ def generate_turn(memories: Sequence[Memory], engine: RolloutEngine, decode: Cal
             stats.prompt_tokens.append(pstats.num_tokens)
             stats.trimmed_turns += pstats.trimmed_turns
             stats.trimmed_observation_tokens += pstats.trimmed_observation_tokens
+            stats.dropped_images += getattr(pstats, "dropped_images", 0)  # a user memory's stats may lack it
     if stats is not None:
         stats.prompt_seconds += time.perf_counter() - tic
     tic = time.perf_counter()
-    gens = engine.generate(prompts, sampling) if prompts else []
+    images = prompt_images(memories)
+    if any(v is not None for v in images):
+        gens = engine.generate(prompts, sampling, images=images)  # type: ignore[call-arg]
+    else:
+        gens = engine.generate(prompts, sampling) if prompts else []
     completions = decode([g.token_ids for g in gens]) if gens else []
     replies = [join_reply(m.reply_prefix, text) for m, text in zip(memories, completions)]
     if stats is not None:
         stats.generate_seconds += time.perf_counter() - tic
     return prompts, gens, replies
+
+
+def prompt_images(memories: Sequence[Memory]) -> list[Any]:
+    """Each memory's current prompt's images (:meth:`~verlog.memory.VisionMemory.prompt_images`), or
+    ``None`` for a memory that shows none (every text memory)."""
+    return [m.prompt_images() if hasattr(m, "prompt_images") else None for m in memories]
 
 
 def play_turn(slots: Sequence[Slot], replies: Sequence[str], steps: Iterable[Step], *,
@@ -236,7 +251,7 @@ def vector_reset(venv: Any, seed: int | list[int], stats: CollectStats) -> list[
     """
     obs, infos = venv.reset(seed=seed)
     _add_faults(stats, infos)
-    return list(zip(obs, split_infos(infos, venv.num_envs)))
+    return list(zip(unbatch_observations(obs, venv.num_envs), split_infos(infos, venv.num_envs)))
 
 
 def vector_step(venv: Any, indices: Sequence[int], replies: Sequence[str], stats: CollectStats) -> list[Step]:
@@ -252,6 +267,7 @@ def vector_step(venv: Any, indices: Sequence[int], replies: Sequence[str], stats
         actions[n] = reply
     tic = time.perf_counter()
     obs, rewards, terminated, truncated, infos = venv.step(actions)
+    obs = unbatch_observations(obs, N)
     stats.env_seconds += time.perf_counter() - tic
     _add_faults(stats, infos)
     step_infos, finals_obs, finals_info = split_infos(infos, N), final_observations(infos, N), final_infos(infos, N)

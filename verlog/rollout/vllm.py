@@ -263,7 +263,7 @@ class VLLMEngine:
         except OSError:
             gen_config = None
         self.eos_token_ids = eos_token_ids(self.tokenizer, gen_config)
-        self.vocab_size = int(hf_config.vocab_size)
+        self.vocab_size = int(hf_config.get_text_config().vocab_size)  # a vision-language config nests it
         self.max_model_len = int(max_model_len)
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

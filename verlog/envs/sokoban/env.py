@@ -32,9 +32,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.options import instruction_builder, task_entry
-from verlog.envs.sokoban.game import MOVES, SYMBOLS, Layout, State, move, render_room, step_reward
+from verlog.envs.sokoban.game import MOVES, SYMBOLS, Layout, State, move, render_room, render_room_image, step_reward
 from verlog.envs.sokoban.generator import GeneratedRoom, generate_room
 
 __all__ = [
@@ -120,6 +122,10 @@ class SokobanTextEnv(TextEnv):
         max_steps: step limit per episode.
         format_penalty: added to the reward of a step whose reply held no valid action (<= 0).
         instruction_style: ``"full"`` or ``"brief"``.
+        observation_mode: ``"text"`` (the default), ``"image"`` (a dict: the progress line as text and
+            the image of the room) or ``"both"`` (a dict: the text observation and the image); see
+            :meth:`~verlog.envs.base.TextEnv.enable_images`.
+        image_tile_px: pixels per cell of the image (:func:`~verlog.envs.sokoban.game.render_room_image`).
 
     Attributes:
         room: the :class:`~verlog.envs.sokoban.generator.GeneratedRoom` of the episode (its
@@ -132,10 +138,15 @@ class SokobanTextEnv(TextEnv):
     """
 
     def __init__(self, height: int, width: int, num_boxes: int, *, max_steps: int = SOKOBAN_MAX_STEPS,
-                 format_penalty: float = 0.0, instruction_style: str = "full") -> None:
+                 format_penalty: float = 0.0, instruction_style: str = "full", observation_mode: str = "text",
+                 image_tile_px: int = 8) -> None:
         super().__init__(max_steps=max_steps, format_penalty=format_penalty)
         if height < 4 or width < 4 or num_boxes < 1:
             raise ValueError(f"Sokoban needs a room of at least 4x4 and one box, got {height}x{width}, {num_boxes}")
+        if isinstance(image_tile_px, bool) or not isinstance(image_tile_px, int) or image_tile_px < 1:
+            raise ValueError(f"image_tile_px must be an int >= 1, got {image_tile_px!r}")
+        self.image_tile_px = image_tile_px
+        self.enable_images(observation_mode, (height * image_tile_px, width * image_tile_px))
         self.height, self.width, self.num_boxes = height, width, num_boxes
         self._instruction = instruction_builder(INSTRUCTION_STYLES, instruction_style)(num_boxes)
         self.room: GeneratedRoom | None = None
@@ -162,6 +173,17 @@ class SokobanTextEnv(TextEnv):
         """The observation text of the current state (no notice line)."""
         return describe_room(require_episode(self.layout), require_episode(self.state))
 
+    def render_image(self) -> np.ndarray:
+        """The whole room (the player sees all of it), ``image_tile_px`` pixels per cell. RuntimeError
+        before reset."""
+        return render_room_image(require_episode(self.layout), require_episode(self.state), self.image_tile_px)
+
+    def image_mode_text(self) -> str:
+        """The text of ``image`` mode: the progress line (``Boxes on targets: k of n.``); the goal is in
+        the instruction."""
+        state = require_episode(self.state)
+        return f"Boxes on targets: {state.on_targets(self.layout)} of {len(self.layout.targets)}."
+
     def _extra_info(self) -> dict[str, Any]:
         return {"boxes_on_target": self.state.on_targets(self.layout)}
 
@@ -182,16 +204,18 @@ class SokobanTextEnv(TextEnv):
 
 
 def make_sokoban(task: str, *, max_steps: int | None = None, format_penalty: float = 0.0,
-                 instruction_style: str = "full") -> SokobanTextEnv:
+                 instruction_style: str = "full", observation_mode: str = "text",
+                 image_tile_px: int = 8) -> SokobanTextEnv:
     """Build the Sokoban task ``task`` (a key of :data:`SOKOBAN_TASKS`, e.g. ``"6x6_1box"``).
 
     Args:
         max_steps: step limit; ``None`` uses :data:`SOKOBAN_MAX_STEPS`.
-        format_penalty, instruction_style: see :class:`SokobanTextEnv`.
+        format_penalty, instruction_style, observation_mode, image_tile_px: see :class:`SokobanTextEnv`.
 
     Raises:
         ValueError: unknown task (the message lists the known ones), or bad arguments.
     """
     height, width, boxes = task_entry(SOKOBAN_TASKS, task, "Sokoban")
     return SokobanTextEnv(height, width, boxes, max_steps=SOKOBAN_MAX_STEPS if max_steps is None else max_steps,
-                          format_penalty=format_penalty, instruction_style=instruction_style)
+                          format_penalty=format_penalty, instruction_style=instruction_style,
+                          observation_mode=observation_mode, image_tile_px=image_tile_px)

@@ -26,6 +26,8 @@ __all__ = [
     "MOVES",
     "STEP_PENALTY",
     "SYMBOLS",
+    "CELL_COLOURS",
+    "render_room_image",
     "State",
     "move",
     "parse_room",
@@ -148,6 +150,45 @@ def step_reward(on_before: int, on_after: int, num_boxes: int) -> float:
     if on_after == num_boxes:
         reward += ALL_ON_TARGETS
     return reward
+
+
+#: RGB of each kind of cell in :func:`render_room_image` (the player is drawn as a smaller square on
+#: its cell, so a player on a target still shows the target's colour around it).
+CELL_COLOURS: dict[str, tuple[int, int, int]] = {
+    "wall": (96, 96, 96), "floor": (0, 0, 0), "target": (200, 40, 40), "box": (200, 150, 40),
+    "box_on_target": (40, 190, 60), "player": (60, 120, 255),
+}
+
+
+def render_room_image(layout: Layout, state: State, tile_px: int) -> np.ndarray:
+    """The room as an RGB image, ``tile_px`` pixels per cell (:data:`CELL_COLOURS`): walls grey, floor
+    black, targets red, boxes orange (green on a target), the player a blue square in the middle half
+    of its cell, a one-pixel black grid between cells when ``tile_px >= 4``.
+
+    Returns:
+        uint8 ``[height * tile_px, width * tile_px, 3]``.
+    """
+    height, width = layout.shape
+    targets = set(layout.targets)
+    cells = np.zeros((height, width, 3), dtype=np.uint8)
+    for r in range(height):
+        for c in range(width):
+            cell = (r, c)
+            if layout.walls[cell]:
+                kind = "wall"
+            elif cell in state.boxes:
+                kind = "box_on_target" if cell in targets else "box"
+            else:
+                kind = "target" if cell in targets else "floor"
+            cells[r, c] = CELL_COLOURS[kind]
+    image = np.repeat(np.repeat(cells, tile_px, axis=0), tile_px, axis=1)
+    if tile_px >= 4:
+        image[::tile_px] = 0
+        image[:, ::tile_px] = 0
+    r, c = state.player
+    lo, hi = tile_px // 4, tile_px - tile_px // 4
+    image[r * tile_px + lo:r * tile_px + hi, c * tile_px + lo:c * tile_px + hi] = CELL_COLOURS["player"]
+    return image
 
 
 def render_room(layout: Layout, state: State) -> str:
