@@ -455,15 +455,18 @@ def test_tool_latency_wraps_every_tool_and_waits_before_the_call():
         with_tool_latency(task, -1.0)
 
 
-def test_lock_step_collector_on_a_served_engine_collects_the_same_turns(tmp_path):
-    """The real tiny model, sampled: the served lock-step collector makes the very engine calls (same
-    batches, same call seeds from the engine's stream) of the direct one."""
+@pytest.mark.parametrize("kind", ["fixed_turns", "episodes"])
+def test_lock_step_collector_on_a_served_engine_collects_the_same_turns(tmp_path, kind):
+    """The real tiny model, sampled: a served lock-step collector (T x N turns, or grouped whole
+    episodes) makes the very engine calls (same batches, same call seeds from the engine's stream) of
+    the direct one."""
     from helpers import COUNT_CORPUS, COUNT_TASK
     from verlog.builders import decoder
     from verlog.envs.vector import make_vector_env
     from verlog.memory import WindowMemory
     from verlog.models import load_tokenizer
     from verlog.rollout.collector import FixedTurnCollector
+    from verlog.rollout.episodes import EpisodeCollector
     from verlog.rollout.hf import HFEngine
     from verlog.tiny_model import build_tiny_model
 
@@ -477,8 +480,12 @@ def test_lock_step_collector_on_a_served_engine_collects_the_same_turns(tmp_path
         use = ServedEngine(EngineClient([EngineServer(engine)]).start()) if served else engine
         venv = make_vector_env(COUNT_TASK, 3, seed=1, mode="sync", env_kwargs={"max_steps": 2})
         memories = [WindowMemory(tok, history_turns=1, max_prompt_tokens=256) for _ in range(3)]
-        collector = FixedTurnCollector(venv, memories, use, decoder(tok), sampling, num_turns=3,
-                                       pad_id=tok.pad_token_id, seed=1)
+        if kind == "episodes":
+            collector = EpisodeCollector(venv, memories, use, decoder(tok), sampling, tok.pad_token_id, seed=1,
+                                         group_size=3)
+        else:
+            collector = FixedTurnCollector(venv, memories, use, decoder(tok), sampling, num_turns=3,
+                                           pad_id=tok.pad_token_id, seed=1)
         try:
             batch, _ = collector.collect()
             with collector.weights_changing():  # paused and drained on the server
@@ -490,6 +497,7 @@ def test_lock_step_collector_on_a_served_engine_collects_the_same_turns(tmp_path
             collector.close()
 
     direct, served = collect(False), collect(True)
+    assert direct.num_real_turns > 3
     for key in ("prompt_ids", "response_ids", "behaviour_logprobs", "rewards", "terminated", "episode_ids"):
         assert torch.equal(getattr(direct, key), getattr(served, key)), key
     assert direct.bootstrap_prompts == served.bootstrap_prompts
