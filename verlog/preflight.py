@@ -19,7 +19,6 @@ environment class given as ``agent.task`` imports its module (and that of ``agen
 from __future__ import annotations
 
 import inspect
-
 import os
 import sys
 from pathlib import Path
@@ -238,8 +237,7 @@ def check_agent_task(cfg: TrainConfig) -> None:
             raise ConfigError(f"agent.task: {task} needs the {' and '.join(missing)} package"
                               f"{'s' if len(missing) > 1 else ''}, not installed: {install}")
         return
-    from verlog.env_class import (RowSourceError, check_env_class, check_reset_takes, load_object, row_problem,
-                                  row_source)
+    from verlog.env_class import check_env_class, check_reset_takes, load_object, row_problem
 
     try:
         cls = load_object(task)
@@ -255,16 +253,7 @@ def check_agent_task(cfg: TrainConfig) -> None:
         check_env_class(cls, task)
     except ValueError as exc:
         raise ConfigError(f"agent.task: {exc}") from None
-    try:
-        source = row_source(dataset)
-    except ValueError as exc:
-        raise ConfigError(f"agent.dataset: {exc}") from None
-    try:
-        rows = source(2, 0)
-    except RowSourceError as exc:
-        raise ConfigError(f"agent.dataset: {exc}") from None
-    except Exception as exc:  # the user's row function may raise anything
-        raise ConfigError(f"agent.dataset: {dataset}(2, 0) raised {type(exc).__name__}: {_one_line(exc)}") from None
+    rows = _two_rows(dataset, "agent.dataset")
     for k, row in enumerate(rows):
         problem = row_problem(row)
         if problem is not None:
@@ -283,8 +272,6 @@ def _check_rows_task(cfg: TrainConfig, task: str) -> None:
     Raises:
         ConfigError: one line naming ``agent.task``, ``agent.dataset`` or ``format_warmup.steps``.
     """
-    from verlog.env_class import RowSourceError, row_source
-
     if cfg.agent.loop != "proxy":
         raise ConfigError(f"agent.task: {task} is not a class; the rows of a row function are played by an agent of "
                           f"agent.loop=proxy, and agent.loop={cfg.agent.loop} needs an environment class "
@@ -295,16 +282,28 @@ def _check_rows_task(cfg: TrainConfig, task: str) -> None:
     if cfg.format_warmup.steps > 0:
         raise ConfigError(f"format_warmup.steps: the agent of the row function {task} writes its own replies, so "
                           "there are no scripts to warm up on; set format_warmup.steps=0")
+    _two_rows(task, "agent.task")
+
+
+def _two_rows(path: str | None, key: str) -> list:
+    """The rows ``(2, 0)`` of the row source at ``path`` (:func:`verlog.env_class.row_source`; None: the
+    empty-prompt rows).
+
+    Raises:
+        ConfigError: one line naming ``key``: the source cannot be loaded, returns the wrong rows, or raises.
+    """
+    from verlog.env_class import RowSourceError, row_source
+
     try:
-        source = row_source(task)
+        source = row_source(path)
     except ValueError as exc:
-        raise ConfigError(f"agent.task: {exc}") from None
+        raise ConfigError(f"{key}: {exc}") from None
     try:
-        source(2, 0)
+        return source(2, 0)
     except RowSourceError as exc:
-        raise ConfigError(f"agent.task: {exc}") from None
+        raise ConfigError(f"{key}: {exc}") from None
     except Exception as exc:  # the user's row function may raise anything
-        raise ConfigError(f"agent.task: {task}(2, 0) raised {type(exc).__name__}: {_one_line(exc)}") from None
+        raise ConfigError(f"{key}: {path}(2, 0) raised {type(exc).__name__}: {_one_line(exc)}") from None
 
 
 def check_env_task(task: str) -> None:
