@@ -169,6 +169,35 @@ def test_cursor_message_and_inventory_rules():
     assert bt.balrog_context(bt.inventory_text(letters, strs)) == "inventory:\na: a rug\nb: 2 gp\n"
 
 
+def _screen_message_reference(tty: np.ndarray) -> str:
+    """The message rule read row by row, as the module docstring states it (slow, for comparison)."""
+    rows = [tty[i].tobytes().decode("latin-1") for i in range(tty.shape[0])]
+    indent = len(rows[0]) - len(rows[0].lstrip(" "))
+    if not bt._trim(rows[0]):
+        return ""
+    lines = []
+    for row in rows:
+        lines.append(bt._trim(row[indent:]))
+        if bt._is_page_end(lines[-1]):
+            return "\n".join(lines)
+    return bt._trim(rows[0])
+
+
+def test_screen_message_and_map_match_the_row_by_row_reading_on_random_screens():
+    rng = np.random.default_rng(0)
+    pieces = ["--More--", "(end)", "(1 of 3)", " of ", "(2 of", "You see here a dagger.", "x", "\x1a", " "]
+    for _ in range(2000):
+        tty = np.full((24, 80), ord(" "), dtype=np.uint8)
+        for _ in range(int(rng.integers(0, 6))):
+            text = "".join(rng.choice(pieces, size=int(rng.integers(1, 4))))[:80].encode("latin-1")
+            row, col = int(rng.integers(0, 24)), int(rng.integers(0, 80 - len(text) + 1))
+            tty[row, col : col + len(text)] = np.frombuffer(text, dtype=np.uint8)
+        assert bt.screen_message(tty) == _screen_message_reference(tty)
+        rows = tty[1:].tobytes().decode("latin-1")
+        screen = "\n".join(rows[i : i + 80] for i in range(0, len(rows), 80))
+        assert bt.balrog_observation("m", "d", "c", (1, 2), tty).endswith(f"map:\n{screen}\n\n")
+
+
 # ----------------------------------------------------------------------------- styles and actions
 def test_tidy_is_an_option_and_balrog_the_default():
     balrog, tidy = make_env("minihack/MazeWalk-9x9"), make_env("minihack/MazeWalk-9x9", text_style="tidy")

@@ -395,18 +395,26 @@ def _is_page_end(row: str) -> bool:
 def screen_message(tty_chars: np.ndarray) -> str:
     """The wrapper's message of a terminal (module docstring, *Message*).
 
+    Most screens hold no page end (``--More--``, ``(end)``, ``(k of n)``): then the message is the
+    first row alone, found without reading the other rows when the screen holds none of
+    ``--More--``, ``(end)`` and `` of ``; any other screen is read row by row.
+
     Args:
         tty_chars: NLE's ``tty_chars``, shape ``(24, 80)`` uint8.
     """
-    rows = [tty_chars[i].tobytes().decode("latin-1") for i in range(tty_chars.shape[0])]
-    first = rows[0]
-    indent = len(first) - len(first.lstrip(" "))
+    raw = tty_chars.tobytes()
+    width = tty_chars.shape[1]
+    first = raw[:width].decode("latin-1")
     first_trimmed = _trim(first)
     if not first_trimmed:
         return ""
+    if b"--More--" not in raw and b"(end)" not in raw and b" of " not in raw:
+        return first_trimmed  # no row can end a page (a row's text is a substring of the screen)
+    screen = raw.decode("latin-1")
+    indent = len(first) - len(first.lstrip(" "))
     lines = []
-    for row in rows:
-        text = _trim(row[indent:])
+    for start in range(0, len(screen), width):
+        text = _trim(screen[start + indent : start + width])
         lines.append(text)
         if _is_page_end(text):
             return "\n".join(lines)
@@ -437,9 +445,11 @@ def inventory_text(inv_letters: np.ndarray, inv_strs: np.ndarray) -> str:
 
 def balrog_observation(message: str, description: str, cursor: str, tty_cursor: Sequence[int], tty_chars: np.ndarray) -> str:
     """BALROG's long-term context: the four parts under their headers (module docstring)."""
-    rows = tty_chars[1:].tobytes().decode("latin-1")
-    width = tty_chars.shape[1]
-    screen = "\n".join(rows[i : i + width] for i in range(0, len(rows), width))
+    rows, width = tty_chars.shape
+    lined = np.empty((rows - 1, width + 1), dtype=np.uint8)  # rows 1.. with a newline after each
+    lined[:, :width] = tty_chars[1:]
+    lined[:, width] = ord("\n")
+    screen = lined.tobytes()[:-1].decode("latin-1")
     return (
         f"message:\n{message}\n\n"
         f"language observation:\n{description}\n\n"
