@@ -45,6 +45,19 @@ def tiny3(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def calc_tok(tmp_path_factory):
+    """The tokenizer of a one-layer tiny model built on calculator conversations (read-only), for the
+    tool-loop tests whose fake engines reply through it."""
+    from verlog.agent.calculator import calculator_corpus
+    from verlog.models import load_tokenizer
+    from verlog.tiny_model import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", calculator_corpus(40, 1, 20), vocab_size=400,
+                            hidden_size=64, num_heads=1, num_kv_heads=1, intermediate_size=64, num_layers=1)
+    return load_tokenizer(path)
+
+
+@pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """A tiny model directory built once on :func:`helpers.small_corpus` (read-only for the tests)."""
     from helpers import small_corpus

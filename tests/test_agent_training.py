@@ -12,29 +12,25 @@ import torch
 
 from helpers import train_cli
 from verlog.agent import AgentLimits, ToolAgentLoop
-from verlog.agent.calculator import (answer_text, calculator_corpus, calculator_tools, make_questions,
-                                     tool_call_text, warmup_scripts)
+from verlog.agent.calculator import answer_text, calculator_tools, make_questions, tool_call_text, warmup_scripts
 from verlog.agent.loading import load_agent_fn
 from verlog.agent.scripted import ScriptedEngine, scripted_examples
 from verlog.agent.tasks import make_agent_task
 from verlog.config import ConfigError, load_recipe
 from verlog.logging import read_metrics
-from verlog.models import load_tokenizer
 from verlog.preflight import check_buildable
 from verlog.rollout.conversations import ProxyCollector, ToolLoopCollector
 from verlog.rollout.engine import Collector, Generation, SamplingParams
-from verlog.tiny_model import build_tiny_model
 from verlog.tools.examples import evaluate_arithmetic
 
 LIMITS = AgentLimits(max_response_tokens=64, max_total_tokens=1024, max_assistant_turns=3)
 TASK = make_agent_task("calculator", max_operand=20)
 
 
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    path = build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", calculator_corpus(40, 1, 20), vocab_size=400,
-                            hidden_size=64, num_heads=1, num_kv_heads=1, intermediate_size=64, num_layers=1)
-    return load_tokenizer(path)
+@pytest.fixture
+def tok(calc_tok):
+    """The calculator tokenizer of ``conftest.py``."""
+    return calc_tok
 
 
 class Oracle:

@@ -310,17 +310,6 @@ def test_served_engine_is_a_lock_step_engine_and_loads_weights_into_every_server
 
 
 # ------------------------------------------------------------------------------ collectors on servers
-@pytest.fixture(scope="module")
-def calc_tok(tmp_path_factory):
-    from verlog.agent.calculator import calculator_corpus
-    from verlog.models import load_tokenizer
-    from verlog.tiny_model import build_tiny_model
-
-    path = build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", calculator_corpus(40, 1, 20), vocab_size=400,
-                            hidden_size=64, num_heads=1, num_kv_heads=1, intermediate_size=64, num_layers=1)
-    return load_tokenizer(path)
-
-
 class CalculatorOracle:
     """Calls ``calculate`` on the question's expression, then answers with the tool's response; records
     each engine call's batch size."""
