@@ -83,7 +83,7 @@ def _use_threads(threads: int) -> None:
     Also ``OMP_WAIT_POLICY=PASSIVE`` unless the caller set it: OpenMP's default lets a thread that
     reaches a barrier spin for its peers, and when another process holds one of the cores the peer
     is not running, so every small op waits out a scheduler slice. Measured on the 2-core machine
-    with the tiny recipe at ``threads=2`` beside one busy process: 70-143 s per critic-only
+    with the tiny recipe at ``threads=2`` beside one busy process: 70-144 s per critic-only
     iteration spinning, 9.6-12.7 s passive, 8.7-19.0 s at ``threads=1``; idle, 5.5 s either way
     (docs/benchmarks.md, *Threads*). It takes effect only before the first torch import, which is
     here for the command-line tools.
