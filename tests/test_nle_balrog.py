@@ -186,8 +186,9 @@ def _screen_message_reference(tty: np.ndarray) -> str:
 
 def test_screen_message_and_map_match_the_row_by_row_reading_on_random_screens():
     rng = np.random.default_rng(0)
-    pieces = ["--More--", "(end)", "(1 of 3)", " of ", "(2 of", "You see here a dagger.", "x", "\x1a", " "]
-    for _ in range(2000):
+    pieces = ["--More--", "(end)", "(1 of 3)", " of ", "(2 of", "You see here a dagger.", "x", "\x1a", " ",
+              "--More", "(end", " o", "f 2)", "a lot of gold"]  # fmt: skip
+    for _ in range(4000):
         tty = np.full((24, 80), ord(" "), dtype=np.uint8)
         for _ in range(int(rng.integers(0, 6))):
             text = "".join(rng.choice(pieces, size=int(rng.integers(1, 4))))[:80].encode("latin-1")

@@ -483,10 +483,27 @@ def cursor_text(glyphs: np.ndarray, x: int, y: int, cursor_row: int, cursor_col:
 
 
 def _trim(row: str) -> str:
-    start = len(row) - len(row.lstrip(" \x1a"))
-    if start == len(row) - 1:  # the wrapper drops a lone last character
+    rest = row.lstrip(" \x1a")
+    if len(rest) == 1:  # the wrapper drops a lone last character
         return ""
-    return row.strip(" \x1a")
+    return rest.rstrip(" \x1a")
+
+
+_PAGE_MARKS = (_MORE.encode(), b"(end)", b" of ")
+
+
+def _marked_rows(raw: bytes, width: int, indent: int) -> list[int]:
+    """The rows (ascending) whose part from column ``indent`` on holds ``--More--``, ``(end)`` or
+    `` of ``: the only rows whose trimmed text can end a page."""
+    rows = set()
+    for mark in _PAGE_MARKS:
+        at = raw.find(mark)
+        while at >= 0:
+            row, col = divmod(at, width)
+            if col >= indent and col + len(mark) <= width:
+                rows.add(row)
+            at = raw.find(mark, at + 1)
+    return sorted(rows)
 
 
 def _is_page_end(row: str) -> bool:
@@ -508,24 +525,24 @@ def screen_message(tty_chars: np.ndarray) -> str:
 def message_of_bytes(raw: bytes, width: int) -> str:
     """:func:`screen_message` of a terminal given as its raw bytes (``tty_chars.tobytes()``) and width.
 
-    Most screens hold no page end (``--More--``, ``(end)``, ``(k of n)``): then the message is the
-    first row alone, found without reading the other rows when the screen holds none of
-    ``--More--``, ``(end)`` and `` of ``; any other screen is read row by row.
+    Only rows that hold a page mark (``--More--``, ``(end)``, `` of ``) can end a page (a row's
+    trimmed text is a substring of it), so they are found by byte searches and checked in order; the
+    rows above the first that ends a page are trimmed only then. Most screens hold no mark: then the
+    message is the first row alone.
     """
     first = raw[:width].decode("latin-1")
     first_trimmed = _trim(first)
     if not first_trimmed:
         return ""
     if b"--More--" not in raw and b"(end)" not in raw and b" of " not in raw:
-        return first_trimmed  # no row can end a page (a row's text is a substring of the screen)
-    screen = raw.decode("latin-1")
+        return first_trimmed
     indent = len(first) - len(first.lstrip(" "))
-    lines = []
-    for start in range(0, len(screen), width):
-        text = _trim(screen[start + indent : start + width])
-        lines.append(text)
-        if _is_page_end(text):
-            return "\n".join(lines)
+    screen = raw.decode("latin-1")
+    for row in _marked_rows(raw, width, indent):
+        start = row * width
+        if _is_page_end(_trim(screen[start + indent : start + width])):
+            rows = [screen[at + indent : at + width].lstrip(" \x1a") for at in range(0, start + 1, width)]
+            return "\n".join(["" if len(rest) == 1 else rest.rstrip(" \x1a") for rest in rows])  # _trim
     return first_trimmed
 
 

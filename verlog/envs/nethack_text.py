@@ -316,8 +316,7 @@ class NetHackTextEnvBase(TextEnv):
 
     def _extra_info(self) -> dict[str, Any]:
         """Extra info keys (same keys at reset and every step)."""
-        blstats = self._obs["blstats"]
-        return {"more_presses": self.more_presses, "turn": int(blstats[nethack.NLE_BL_TIME])}
+        return {"more_presses": self.more_presses, "turn": self._obs["blstats"].item(nethack.NLE_BL_TIME)}
 
     def _seed_game(self, core: int, disp: int) -> None:
         NLE.seed(self.nle, core, disp, reseed=False)
