@@ -448,18 +448,21 @@ def describe_glyphs(glyphs: np.ndarray, x: int, y: int) -> str:
     if len(squares):
         seen = flat.take(squares)
         codes = _ray_codes().take(seen)
-        stopped = -1  # the ray that met a blocking square (rays come one after the other)
-        for i in codes.nonzero()[0].tolist():
-            if rays[i] == stopped:
-                continue
-            name = near[seen.item(i)]
-            key = keys[i]
-            if key in buckets:
-                buckets[key].append(name)
-            else:
-                buckets[key] = [name]
-            if codes.item(i) == 2:
-                stopped = rays[i]
+        hits = codes.nonzero()[0].tolist()
+        if hits:
+            seen_list, code_list = seen.tolist(), codes.tolist()
+            stopped = -1  # the ray that met a blocking square (rays come one after the other)
+            for i in hits:
+                if rays[i] == stopped:
+                    continue
+                name = near[seen_list[i]]
+                key = keys[i]
+                if key in buckets:
+                    buckets[key].append(name)
+                else:
+                    buckets[key] = [name]
+                if code_list[i] == 2:
+                    stopped = rays[i]
     return "\n".join(_merge(buckets))
 
 
@@ -605,8 +608,9 @@ class TerminalMap:
         Raises:
             ValueError: if ``tty_chars`` does not have this map's shape.
         """
-        if tty_chars.shape != (self._lined.shape[0] + 1, self._width):
-            raise ValueError(f"tty_chars must have shape {(self._lined.shape[0] + 1, self._width)}, got {tty_chars.shape}")
+        shape = (self._lined.shape[0] + 1, self._width)
+        if tty_chars.shape != shape:
+            raise ValueError(f"tty_chars must have shape {shape}, got {tty_chars.shape}")
         self._lined[:, : self._width] = tty_chars[1:]
         return self._text.tobytes().decode("latin-1")
 
