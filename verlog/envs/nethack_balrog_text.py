@@ -307,8 +307,8 @@ def _merge(buckets: dict[int, list[str]]) -> list[str]:
     merged (module docstring, *Description*).
 
     Items of one name and distance arrive with their directions in order, so a direction seen more
-    than once is seen in a run. While no direction repeats (the usual case) each (name, distance)
-    is one line; otherwise :func:`_merge_with_plurals` writes them all.
+    than once is seen in a run. When no direction repeats (the usual case) each (name, distance)
+    is one line; otherwise :func:`_merge_with_plurals` writes them.
     """
     groups: dict[tuple[str, str], list[str]] = {}
     for key in sorted(buckets):
@@ -319,40 +319,49 @@ def _merge(buckets: dict[int, list[str]]) -> list[str]:
                 groups[(name, distance)] = [direction]
             else:
                 directions.append(direction)
-    lines = []
-    for (name, distance), directions in groups.items():
-        if len(directions) == 1:
-            lines.append(f"{name} {distance} {directions[0]}")
-        elif len(set(directions)) == len(directions):
-            lines.append(f"{name} {distance} {_join_directions(directions)}")
-        else:
+    for directions in groups.values():
+        if len(directions) > 1 and len(set(directions)) < len(directions):
             return _merge_with_plurals(groups)
-    return lines
+    return [
+        f"{name} {distance} {directions[0] if len(directions) == 1 else _join_directions(directions)}"
+        for (name, distance), directions in groups.items()
+    ]
 
 
 def _merge_with_plurals(groups: dict[tuple[str, str], list[str]]) -> list[str]:
     """The lines of (name, distance) groups whose directions (in order) may repeat: the directions
-    seen once make one line, those seen more than once a line of the plural name."""
+    seen once make one line, those seen more than once a line of the plural name (which takes the
+    place of a line of the same name and distance written before)."""
     order: list[tuple[str, str]] = []
     merged: dict[tuple[str, str], list[str]] = {}
     for group, directions in groups.items():
+        if len(directions) == 1 or len(set(directions)) == len(directions):
+            order.append(group)
+            merged[group] = directions
+            continue
         once: list[str] = []
         more: list[str] = []
-        run = 1
-        for i, direction in enumerate(directions):
-            if i + 1 < len(directions) and directions[i + 1] == direction:
-                run += 1
-                continue
-            (once if run == 1 else more).append(direction)
-            run = 1
+        previous = None
+        for direction in directions:  # equal directions are next to each other
+            if direction != previous:
+                once.append(direction)
+            elif not more or more[-1] != direction:
+                more.append(once.pop())
+            previous = direction
         if once:
             order.append(group)
             merged[group] = once
-        if more:
-            key = (plural(group[0]), group[1])
-            order.append(key)
-            merged[key] = more  # may replace the singular's entry when the plural is the same word
-    return [f"{name} {distance} {_join_directions(merged[(name, distance)])}" for name, distance in order]
+        key = (plural(group[0]), group[1])
+        order.append(key)
+        merged[key] = more  # may replace the singular's entry when the plural is the same word
+    lines = []
+    for name, distance in order:
+        directions = merged[(name, distance)]
+        if len(directions) == 1:
+            lines.append(f"{name} {distance} {directions[0]}")
+        else:
+            lines.append(f"{name} {distance} {_join_directions(directions)}")
+    return lines
 
 
 def _offset_key(dx: int, dy: int) -> int | None:
@@ -492,20 +501,24 @@ def _trim(row: str) -> str:
     return rest.rstrip(" \x1a")
 
 
-_PAGE_MARKS = (_MORE.encode(), b"(end)", b" of ")
+#: The page marks, each with one of its bytes that is rare on a screen (searched for with memchr, much
+#: faster than a search for the whole mark on a screen full of spaces) and that byte's place in it.
+_PAGE_MARKS = ((_MORE.encode(), b"M", 2), (b"(end)", b")", 4), (b" of ", b"f", 2))
 
 
 def _marked_rows(raw: bytes, width: int, indent: int) -> list[int]:
     """The rows (ascending) whose part from column ``indent`` on holds ``--More--``, ``(end)`` or
     `` of ``: the only rows whose trimmed text can end a page."""
     rows = set()
-    for mark in _PAGE_MARKS:
-        at = raw.find(mark)
+    for mark, byte, place in _PAGE_MARKS:
+        at = raw.find(byte)
         while at >= 0:
-            row, col = divmod(at, width)
-            if col >= indent and col + len(mark) <= width:
-                rows.add(row)
-            at = raw.find(mark, at + 1)
+            start = at - place
+            if start >= 0 and raw.startswith(mark, start):
+                row, col = divmod(start, width)
+                if col >= indent and col + len(mark) <= width:
+                    rows.add(row)
+            at = raw.find(byte, at + 1)
     return sorted(rows)
 
 
@@ -537,11 +550,12 @@ def message_of_bytes(raw: bytes, width: int) -> str:
     first_trimmed = _trim(first)
     if not first_trimmed:
         return ""
-    if b"--More--" not in raw and b"(end)" not in raw and b" of " not in raw:
-        return first_trimmed
     indent = len(first) - len(first.lstrip(" "))
+    marked = _marked_rows(raw, width, indent)
+    if not marked:
+        return first_trimmed
     screen = raw.decode("latin-1")
-    for row in _marked_rows(raw, width, indent):
+    for row in marked:
         start = row * width
         if _is_page_end(_trim(screen[start + indent : start + width])):
             rows = [screen[at + indent : at + width].lstrip(" \x1a") for at in range(0, start + 1, width)]
