@@ -244,6 +244,8 @@ class NetHackTextEnvBase(TextEnv):
         self._screens = _RecentResults(RECENT_SCREENS)
         self._terminal_map = TerminalMap()
         self._map_text = ""
+        self._last_parts: tuple = ()  # what the last BALROG observation was made of, and the text
+        self._last_text = ""
 
     # -------------------------------------------------------------- TextEnv properties
     def parse_action(self, reply: str) -> str | None:
@@ -358,9 +360,15 @@ class NetHackTextEnvBase(TextEnv):
         x, y = blstats.item(nethack.NLE_BL_X), blstats.item(nethack.NLE_BL_Y)
         if self._balrog:
             row, col = obs["tty_cursor"].tolist()
-            description = self._descriptions.get((glyphs.tobytes(), x, y), describe_glyphs, glyphs, x, y)
+            glyph_bytes = glyphs.tobytes()
+            parts = (self._message, self._map_text, glyph_bytes, x, y, row, col)
+            if parts == self._last_parts:  # the screen of the step before (compared, not hashed)
+                return self._last_text
+            description = self._descriptions.get((glyph_bytes, x, y), describe_glyphs, glyphs, x, y)
             cursor = cursor_text(glyphs, x, y, row, col)
-            return compose_observation(self._message, description, cursor, (row, col), self._map_text)
+            text = compose_observation(self._message, description, cursor, (row, col), self._map_text)
+            self._last_parts, self._last_text = parts, text
+            return text
         # A finished game has zero blstats (x = 0, a column no running game puts the agent in), so
         # its key never equals a running game's.
         description, cursor = self._descriptions.get((glyphs.tobytes(), x, y), self._describe, glyphs, x, y)
