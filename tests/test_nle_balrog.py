@@ -4,6 +4,7 @@ step by step, the text rules on hand-made inputs, and the tidy option."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from pathlib import Path
 
@@ -185,8 +186,9 @@ def _screen_message_reference(tty: np.ndarray) -> str:
 
 def test_screen_message_and_map_match_the_row_by_row_reading_on_random_screens():
     rng = np.random.default_rng(0)
-    pieces = ["--More--", "(end)", "(1 of 3)", " of ", "(2 of", "You see here a dagger.", "x", "\x1a", " "]
-    for _ in range(2000):
+    pieces = ["--More--", "(end)", "(1 of 3)", " of ", "(2 of", "You see here a dagger.", "x", "\x1a", " ",
+              "--More", "(end", " o", "f 2)", "a lot of gold"]  # fmt: skip
+    for _ in range(4000):
         tty = np.full((24, 80), ord(" "), dtype=np.uint8)
         for _ in range(int(rng.integers(0, 6))):
             text = "".join(rng.choice(pieces, size=int(rng.integers(1, 4))))[:80].encode("latin-1")
@@ -196,6 +198,150 @@ def test_screen_message_and_map_match_the_row_by_row_reading_on_random_screens()
         rows = tty[1:].tobytes().decode("latin-1")
         screen = "\n".join(rows[i : i + 80] for i in range(0, len(rows), 80))
         assert bt.balrog_observation("m", "d", "c", (1, 2), tty).endswith(f"map:\n{screen}\n\n")
+
+
+# ----------------------------------------------------------------------------- fast rules = the rules as first written
+def _describe_reference(glyphs: np.ndarray, x: int, y: int) -> tuple[str, int]:
+    """The description as first written (slow, for comparison): one item per square, screen names in
+    scan order then the rays, a stable sort by (distance, direction), then the merge. Also returns
+    the number of plural lines."""
+    screen, near, on_screen = bt.glyph_names()
+    flat = glyphs.ravel()
+    items = []
+    for index in np.flatnonzero(on_screen[flat]).tolist():
+        row, col = divmod(index, bt.MAP_WIDTH)
+        if col == x and row == y:
+            continue
+        items.append((screen[flat[index]], *bt.position_words(col - x, y - row)))
+    for step_x, step_y in bt._RAYS:
+        for reach in range(1, 10):
+            col, row = x + step_x * reach, y + step_y * reach
+            if not (0 <= col < bt.MAP_WIDTH and 0 <= row < bt.MAP_HEIGHT):
+                break
+            glyph = int(glyphs[row, col])
+            name = near[glyph]
+            if name and not screen[glyph]:
+                items.append((name, *bt.position_words(col - x, y - row)))
+                if name in bt._BLOCKING:
+                    break
+    items = [item for item in items if item[2] in bt._DIRECTION_ORDER]
+    items.sort(key=lambda item: (bt._DISTANCE_ORDER[item[1]], bt._DIRECTION_ORDER[item[2]]))
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, distance, direction in items:
+        groups.setdefault((name, distance), []).append(direction)
+    order, merged, plural_lines = [], {}, 0
+    for (name, distance), directions in groups.items():
+        counts: dict[str, int] = {}
+        for direction in directions:
+            counts[direction] = counts.get(direction, 0) + 1
+        once = [d for d, n in counts.items() if n == 1]
+        more = [d for d, n in counts.items() if n > 1]
+        if once:
+            order.append((name, distance))
+            merged[(name, distance)] = once
+        if more:
+            key = (bt.plural(name), distance)
+            order.append(key)
+            merged[key] = more
+            plural_lines += 1
+    lines = [f"{n} {d} {bt._join_directions(merged[(n, d)])}" for n, d in order]
+    return "\n".join(lines), plural_lines
+
+
+def _cursor_reference(glyphs: np.ndarray, x: int, y: int, cursor_row: int, cursor_col: int) -> str:
+    """The cursor line as first written (for comparison)."""
+    screen, _, _ = bt.glyph_names()
+    map_row = cursor_row - 1
+    dx, dy = cursor_col - x, y - map_row
+    index = cursor_col + map_row * bt.MAP_WIDTH
+    if not (-bt.MAP_WIDTH <= dx < bt.MAP_WIDTH and -bt.MAP_HEIGHT <= dy < bt.MAP_HEIGHT and 0 < index < glyphs.size):
+        return ""
+    name = screen[int(glyphs.ravel()[index])]
+    if dx == 0 and dy == 0:
+        return "Yourself a " + name
+    distance, direction = bt.position_words(dx, dy)
+    return f"{distance} {direction} {name}"
+
+
+def _random_map(rng: np.random.Generator, x: int, y: int) -> np.ndarray:
+    """A map of floor or dark area with things scattered over it and crowded around ``(x, y)``: walls,
+    doors, traps, stairs, iron bars, monsters, objects and any glyph at all, often the same one twice
+    in one direction (plural lines)."""
+    cmap = [nethack.GLYPH_CMAP_OFF + i for i in (0, 1, 2, 3, 7, 12, 13, 15, 17, 18, 21, 24, 31, 33, 42, 52)]
+    others = [nethack.GLYPH_MON_OFF + 5, nethack.GLYPH_PET_OFF + 5, nethack.GLYPH_OBJ_OFF + 10,
+              nethack.GLYPH_STATUE_OFF + 3, nethack.GLYPH_WARNING_OFF + 2, nethack.GLYPH_ZAP_OFF + 1]  # fmt: skip
+    palette = np.array(cmap + others, dtype=np.int16)
+    glyphs = np.full((bt.MAP_HEIGHT, bt.MAP_WIDTH), nethack.GLYPH_CMAP_OFF + int(rng.choice([0, 19])), np.int16)
+    for _ in range(int(rng.integers(0, 60))):
+        col = int(np.clip(x + rng.integers(-10, 11), 0, bt.MAP_WIDTH - 1))
+        row = int(np.clip(y + rng.integers(-6, 7), 0, bt.MAP_HEIGHT - 1))
+        glyphs[row, col] = rng.choice(palette)
+    cells = rng.integers(0, glyphs.size, int(rng.integers(0, 40)))
+    glyphs.flat[cells] = rng.choice(palette, size=cells.size)
+    glyphs.flat[rng.integers(0, glyphs.size, 5)] = rng.integers(0, nethack.MAX_GLYPH, 5)
+    return glyphs
+
+
+def test_description_and_cursor_equal_the_rules_as_first_written_on_random_maps():
+    rng = np.random.default_rng(1)
+    plurals = 0
+    for trial in range(1500):
+        x, y = int(rng.integers(0, bt.MAP_WIDTH)), int(rng.integers(0, bt.MAP_HEIGHT))
+        if trial % 10 == 0:  # the edges and corners
+            x, y = int(rng.choice([0, bt.MAP_WIDTH - 1])), int(rng.choice([0, bt.MAP_HEIGHT - 1]))
+        if trial % 50 == 1:  # off the map (no game puts the agent there; the rule still applies)
+            x, y = int(rng.choice([-3, -1, bt.MAP_WIDTH, 90])), int(rng.choice([-2, 5, bt.MAP_HEIGHT]))
+        glyphs = _random_map(rng, x, y)
+        want, plural_lines = _describe_reference(glyphs, x, y)
+        assert bt.describe_glyphs(glyphs, x, y) == want, (trial, x, y)
+        plurals += plural_lines > 0
+        for row, col in [(y + 1, x), (int(rng.integers(0, 24)), int(rng.integers(0, 80))), (0, 0), (1, 0)]:
+            assert bt.cursor_text(glyphs, x, y, row, col) == _cursor_reference(glyphs, x, y, row, col)
+    assert plurals >= 300  # the merge's plural lines were exercised
+
+
+def test_terminal_map_reuses_its_buffer_without_mixing_screens():
+    rng = np.random.default_rng(2)
+    terminal_map = bt.TerminalMap()
+    for _ in range(50):
+        tty = rng.choice(np.array([32, 32, 46, 45, 64, 0, 255], dtype=np.uint8), size=(24, 80))
+        rows = tty[1:].tobytes().decode("latin-1")
+        assert terminal_map(tty) == "\n".join(rows[i : i + 80] for i in range(0, len(rows), 80))
+    with pytest.raises(ValueError, match="shape"):
+        terminal_map(np.zeros((23, 80), dtype=np.uint8))
+
+
+# Digests of whole seeded episodes (observations, rewards, ends, info) in BALROG's text, recorded with
+# nle 1.3.0 and minihack 1.0.2 before the text was made faster (2026-11-27): any change to the text
+# shows up here (the golden corpus above is shorter and played by BALROG's own actions).
+BALROG_TRANSCRIPT_DIGESTS = {
+    "nle/NetHackChallenge": "8f6c69704bf22cb46a46273057b5a35800a4f36f56e42eb8ad77ae6a385439a6",
+    "minihack/Quest-Medium": "15338cb5b3b62940fa0e51d132c0e49342f088055d5f23ecb524b4054df4ea0d",
+    "minihack/CorridorBattle-Dark": "fc403cb6dfce973eeaf6c6d1bc9ceddfbc07c3751883b6df94c7b98ae7ea7882",
+    "minihack/MazeWalk-15x15": "3be42c98ee7885a89f76d73b690da204d408f5269b9121e9e82b4699e3fd74da",
+    "minihack/Quest-Easy": "bad010d5506a687279468300400a6ea406ca19bdf60d29ae7a3c7e1926ebfa00",
+}
+
+
+def _transcript_digest(name: str, seed: int = 3, steps: int = 400) -> str:
+    env = make_env(name)
+    rng = np.random.default_rng(seed)
+    digest = hashlib.sha256()
+    obs, info = env.reset(seed=seed)
+    digest.update(repr((obs, sorted(info.items()))).encode())
+    for i in rng.integers(0, len(env.valid_actions), steps):
+        step = env.step(f"ACTION: {env.valid_actions[i]}")
+        digest.update(repr(step[:4] + (sorted(step[4].items()),)).encode())
+        if step[2] or step[3]:
+            obs, info = env.reset()
+            digest.update(repr((obs, sorted(info.items()))).encode())
+    env.close()
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("name", sorted(BALROG_TRANSCRIPT_DIGESTS))
+def test_balrog_episodes_match_the_pinned_transcripts(name):
+    assert _transcript_digest(name) == BALROG_TRANSCRIPT_DIGESTS[name]
 
 
 # ----------------------------------------------------------------------------- styles and actions

@@ -82,9 +82,12 @@ __all__ = [
     "describe_glyphs",
     "cursor_text",
     "screen_message",
+    "message_of_bytes",
     "join_more",
     "inventory_text",
     "balrog_observation",
+    "compose_observation",
+    "TerminalMap",
     "balrog_context",
 ]
 
@@ -299,31 +302,130 @@ def _join_directions(directions: Sequence[str]) -> str:
     return ", ".join(directions[:-1]) + ", and " + directions[-1]
 
 
-def _merge(items: list[tuple[str, str, str]]) -> list[str]:
-    """Merge sorted (name, distance, direction) items into lines (module docstring, *Description*)."""
+def _merge(buckets: dict[int, list[str]]) -> list[str]:
+    """The lines of the items, given as names by sort key (each list in scan order): sorted, then
+    merged (module docstring, *Description*).
+
+    Items of one name and distance arrive with their directions in order, so a direction seen more
+    than once is seen in a run. When no direction repeats (the usual case) each (name, distance)
+    is one line; otherwise :func:`_merge_with_plurals` writes them.
+    """
     groups: dict[tuple[str, str], list[str]] = {}
-    for name, distance, direction in items:
-        groups.setdefault((name, distance), []).append(direction)
+    for key in sorted(buckets):
+        distance, direction = _KEY_WORDS[key]
+        for name in buckets[key]:
+            directions = groups.get((name, distance))
+            if directions is None:
+                groups[(name, distance)] = [direction]
+            else:
+                directions.append(direction)
+    for directions in groups.values():
+        if len(directions) > 1 and len(set(directions)) < len(directions):
+            return _merge_with_plurals(groups)
+    return [
+        f"{name} {distance} {directions[0] if len(directions) == 1 else _join_directions(directions)}"
+        for (name, distance), directions in groups.items()
+    ]
+
+
+def _merge_with_plurals(groups: dict[tuple[str, str], list[str]]) -> list[str]:
+    """The lines of (name, distance) groups whose directions (in order) may repeat: the directions
+    seen once make one line, those seen more than once a line of the plural name (which takes the
+    place of a line of the same name and distance written before)."""
     order: list[tuple[str, str]] = []
     merged: dict[tuple[str, str], list[str]] = {}
-    for (name, distance), directions in groups.items():
-        counts: dict[str, int] = {}
-        for direction in directions:
-            counts[direction] = counts.get(direction, 0) + 1
-        once = [d for d, n in counts.items() if n == 1]
-        more = [d for d, n in counts.items() if n > 1]
+    for group, directions in groups.items():
+        if len(directions) == 1 or len(set(directions)) == len(directions):
+            order.append(group)
+            merged[group] = directions
+            continue
+        once: list[str] = []
+        more: list[str] = []
+        previous = None
+        for direction in directions:  # equal directions are next to each other
+            if direction != previous:
+                once.append(direction)
+            elif not more or more[-1] != direction:
+                more.append(once.pop())
+            previous = direction
         if once:
-            order.append((name, distance))
-            merged[(name, distance)] = once
-        if more:
-            key = (plural(name), distance)
-            order.append(key)
-            merged[key] = more  # may replace the singular's entry when the plural is the same word
-    return [f"{name} {distance} {_join_directions(merged[(name, distance)])}" for name, distance in order]
+            order.append(group)
+            merged[group] = once
+        key = (plural(group[0]), group[1])
+        order.append(key)
+        merged[key] = more  # may replace the singular's entry when the plural is the same word
+    lines = []
+    for name, distance in order:
+        directions = merged[(name, distance)]
+        if len(directions) == 1:
+            lines.append(f"{name} {distance} {directions[0]}")
+        else:
+            lines.append(f"{name} {distance} {_join_directions(directions)}")
+    return lines
+
+
+def _offset_key(dx: int, dy: int) -> int | None:
+    """The sort key of a square ``dx`` east and ``dy`` north of the agent: distance order * 16 +
+    direction order (:func:`position_words`); ``None`` for the agent's own square (no direction)."""
+    distance, direction = position_words(dx, dy)
+    if direction not in _DIRECTION_ORDER:
+        return None
+    return _DISTANCE_ORDER[distance] * 16 + _DIRECTION_ORDER[direction]
+
+
+#: ``(distance, direction)`` of each key of :func:`_offset_key`.
+_KEY_WORDS: dict[int, tuple[str, str]] = {
+    _DISTANCE_ORDER[d] * 16 + _DIRECTION_ORDER[r]: (d, r) for d in _DISTANCE_ORDER for r in _DIRECTION_ORDER
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _key_table() -> tuple[tuple[int | None, ...], ...]:
+    """``table[row - y + MAP_HEIGHT - 1][col - x + MAP_WIDTH - 1]``: :func:`_offset_key` of every square
+    of the map seen from every square of the map (41 x 157 offsets)."""
+    return tuple(
+        tuple(_offset_key(dx, MAP_HEIGHT - 1 - r) for dx in range(1 - MAP_WIDTH, MAP_WIDTH))
+        for r in range(2 * MAP_HEIGHT - 1)
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _ray_codes() -> np.ndarray:
+    """Per glyph (read-only uint8 array, shape ``(MAX_GLYPH,)``), what a ray does on it: 0 passes (no
+    near name, or a screen name), 1 lists it and goes on, 2 lists it and stops (a blocking name)."""
+    screen, near, _ = glyph_names()
+    codes = np.array(
+        [0 if not name or screen[glyph] else 2 if name in _BLOCKING else 1 for glyph, name in enumerate(near)],
+        dtype=np.uint8,
+    )
+    codes.flags.writeable = False
+    return codes
+
+
+@functools.lru_cache(maxsize=4096)
+def _ray_squares(x: int, y: int) -> tuple[np.ndarray, tuple[int, ...], tuple[int | None, ...]]:
+    """The squares of the eight rays from ``(x, y)`` that lie on the map: their flat indices (one
+    array, ray after ray, outward), and for each its ray's number and its key (:func:`_offset_key`)."""
+    flat: list[int] = []
+    rays: list[int] = []
+    keys: list[int | None] = []
+    for ray, (step_x, step_y) in enumerate(_RAYS):
+        for reach in range(1, _RAY_LENGTH + 1):
+            col, row = x + step_x * reach, y + step_y * reach
+            if not (0 <= col < MAP_WIDTH and 0 <= row < MAP_HEIGHT):
+                break
+            flat.append(row * MAP_WIDTH + col)
+            rays.append(ray)
+            keys.append(_offset_key(col - x, y - row))
+    return np.array(flat, dtype=np.intp), tuple(rays), tuple(keys)
 
 
 def describe_glyphs(glyphs: np.ndarray, x: int, y: int) -> str:
     """BALROG's language observation of a map (module docstring, *Description*).
+
+    The items are collected into buckets by their sort key (distance, then direction), in scan
+    order, which is the stable sort of the rule; the square-to-key table and each position's ray
+    squares are computed once per process.
 
     Args:
         glyphs: NLE's ``glyphs``, shape ``(21, 79)`` int16.
@@ -336,26 +438,41 @@ def describe_glyphs(glyphs: np.ndarray, x: int, y: int) -> str:
         raise ValueError(f"glyphs must have shape {(MAP_HEIGHT, MAP_WIDTH)}, got {glyphs.shape}")
     screen, near, on_screen = glyph_names()
     flat = glyphs.ravel()
-    items: list[tuple[str, str, str]] = []
-    for index in np.flatnonzero(on_screen[flat]).tolist():
+    buckets: dict[int, list[str]] = {}
+    where = on_screen.take(flat).nonzero()[0]
+    in_map = 0 <= x < MAP_WIDTH and 0 <= y < MAP_HEIGHT
+    table = _key_table()
+    for index, glyph in zip(where.tolist(), flat[where].tolist()):
         row, col = divmod(index, MAP_WIDTH)
-        if col == x and row == y:
-            continue
-        items.append((screen[flat[index]], *position_words(col - x, y - row)))
-    for step_x, step_y in _RAYS:
-        for reach in range(1, _RAY_LENGTH + 1):
-            col, row = x + step_x * reach, y + step_y * reach
-            if not (0 <= col < MAP_WIDTH and 0 <= row < MAP_HEIGHT):
-                break
-            glyph = int(glyphs[row, col])
-            name = near[glyph]
-            if name and not screen[glyph]:
-                items.append((name, *position_words(col - x, y - row)))
-                if name in _BLOCKING:
-                    break
-    items = [item for item in items if item[2] in _DIRECTION_ORDER]
-    items.sort(key=lambda item: (_DISTANCE_ORDER[item[1]], _DIRECTION_ORDER[item[2]]))
-    return "\n".join(_merge(items))
+        if in_map:
+            key = table[row - y + MAP_HEIGHT - 1][col - x + MAP_WIDTH - 1]
+        else:
+            key = _offset_key(col - x, y - row)
+        if key is not None:
+            if key in buckets:
+                buckets[key].append(screen[glyph])
+            else:
+                buckets[key] = [screen[glyph]]
+    squares, rays, keys = _ray_squares(x, y)
+    if len(squares):
+        seen = flat.take(squares)
+        codes = _ray_codes().take(seen)
+        hits = codes.nonzero()[0].tolist()
+        if hits:
+            seen_list, code_list = seen.tolist(), codes.tolist()
+            stopped = -1  # the ray that met a blocking square (rays come one after the other)
+            for i in hits:
+                if rays[i] == stopped:
+                    continue
+                name = near[seen_list[i]]
+                key = keys[i]
+                if key in buckets:
+                    buckets[key].append(name)
+                else:
+                    buckets[key] = [name]
+                if code_list[i] == 2:
+                    stopped = rays[i]
+    return "\n".join(_merge(buckets))
 
 
 def cursor_text(glyphs: np.ndarray, x: int, y: int, cursor_row: int, cursor_col: int) -> str:
@@ -365,13 +482,12 @@ def cursor_text(glyphs: np.ndarray, x: int, y: int, cursor_row: int, cursor_col:
         glyphs: NLE's ``glyphs``, shape ``(21, 79)``.
         x, y: the agent's column and row; cursor_row, cursor_col: NLE's ``tty_cursor``.
     """
-    screen, _, _ = glyph_names()
     map_row = cursor_row - 1
     dx, dy = cursor_col - x, y - map_row
     index = cursor_col + map_row * MAP_WIDTH
     if not (-MAP_WIDTH <= dx < MAP_WIDTH and -MAP_HEIGHT <= dy < MAP_HEIGHT and 0 < index < glyphs.size):
         return ""
-    name = screen[int(glyphs.ravel()[index])]
+    name = glyph_names()[0][glyphs.item(index)]  # the flat index, as the wrapper reads it
     if dx == 0 and dy == 0:
         return "Yourself a " + name
     distance, direction = position_words(dx, dy)
@@ -379,10 +495,31 @@ def cursor_text(glyphs: np.ndarray, x: int, y: int, cursor_row: int, cursor_col:
 
 
 def _trim(row: str) -> str:
-    start = len(row) - len(row.lstrip(" \x1a"))
-    if start == len(row) - 1:  # the wrapper drops a lone last character
+    rest = row.lstrip(" \x1a")
+    if len(rest) == 1:  # the wrapper drops a lone last character
         return ""
-    return row.strip(" \x1a")
+    return rest.rstrip(" \x1a")
+
+
+#: The page marks, each with one of its bytes that is rare on a screen (searched for with memchr, much
+#: faster than a search for the whole mark on a screen full of spaces) and that byte's place in it.
+_PAGE_MARKS = ((_MORE.encode(), b"M", 2), (b"(end)", b")", 4), (b" of ", b"f", 2))
+
+
+def _marked_rows(raw: bytes, width: int, indent: int) -> list[int]:
+    """The rows (ascending) whose part from column ``indent`` on holds ``--More--``, ``(end)`` or
+    `` of ``: the only rows whose trimmed text can end a page."""
+    rows = set()
+    for mark, byte, place in _PAGE_MARKS:
+        at = raw.find(byte)
+        while at >= 0:
+            start = at - place
+            if start >= 0 and raw.startswith(mark, start):
+                row, col = divmod(start, width)
+                if col >= indent and col + len(mark) <= width:
+                    rows.add(row)
+            at = raw.find(byte, at + 1)
+    return sorted(rows)
 
 
 def _is_page_end(row: str) -> bool:
@@ -395,29 +532,34 @@ def _is_page_end(row: str) -> bool:
 def screen_message(tty_chars: np.ndarray) -> str:
     """The wrapper's message of a terminal (module docstring, *Message*).
 
-    Most screens hold no page end (``--More--``, ``(end)``, ``(k of n)``): then the message is the
-    first row alone, found without reading the other rows when the screen holds none of
-    ``--More--``, ``(end)`` and `` of ``; any other screen is read row by row.
-
     Args:
         tty_chars: NLE's ``tty_chars``, shape ``(24, 80)`` uint8.
     """
-    raw = tty_chars.tobytes()
-    width = tty_chars.shape[1]
+    return message_of_bytes(tty_chars.tobytes(), tty_chars.shape[1])
+
+
+def message_of_bytes(raw: bytes, width: int) -> str:
+    """:func:`screen_message` of a terminal given as its raw bytes (``tty_chars.tobytes()``) and width.
+
+    Only rows that hold a page mark (``--More--``, ``(end)``, `` of ``) can end a page (a row's
+    trimmed text is a substring of it), so they are found by byte searches and checked in order; the
+    rows above the first that ends a page are trimmed only then. Most screens hold no mark: then the
+    message is the first row alone.
+    """
     first = raw[:width].decode("latin-1")
     first_trimmed = _trim(first)
     if not first_trimmed:
         return ""
-    if b"--More--" not in raw and b"(end)" not in raw and b" of " not in raw:
-        return first_trimmed  # no row can end a page (a row's text is a substring of the screen)
-    screen = raw.decode("latin-1")
     indent = len(first) - len(first.lstrip(" "))
-    lines = []
-    for start in range(0, len(screen), width):
-        text = _trim(screen[start + indent : start + width])
-        lines.append(text)
-        if _is_page_end(text):
-            return "\n".join(lines)
+    marked = _marked_rows(raw, width, indent)
+    if not marked:
+        return first_trimmed
+    screen = raw.decode("latin-1")
+    for row in marked:
+        start = row * width
+        if _is_page_end(_trim(screen[start + indent : start + width])):
+            rows = [screen[at + indent : at + width].lstrip(" \x1a") for at in range(0, start + 1, width)]
+            return "\n".join(["" if len(rest) == 1 else rest.rstrip(" \x1a") for rest in rows])  # _trim
     return first_trimmed
 
 
@@ -445,17 +587,46 @@ def inventory_text(inv_letters: np.ndarray, inv_strs: np.ndarray) -> str:
 
 def balrog_observation(message: str, description: str, cursor: str, tty_cursor: Sequence[int], tty_chars: np.ndarray) -> str:
     """BALROG's long-term context: the four parts under their headers (module docstring)."""
-    rows, width = tty_chars.shape
-    lined = np.empty((rows - 1, width + 1), dtype=np.uint8)  # rows 1.. with a newline after each
-    lined[:, :width] = tty_chars[1:]
-    lined[:, width] = ord("\n")
-    screen = lined.tobytes()[:-1].decode("latin-1")
+    return compose_observation(message, description, cursor, tty_cursor, TerminalMap(*tty_chars.shape)(tty_chars))
+
+
+def compose_observation(message: str, description: str, cursor: str, tty_cursor: Sequence[int], screen: str) -> str:
+    """:func:`balrog_observation` with the map part given as text (:class:`TerminalMap`)."""
     return (
         f"message:\n{message}\n\n"
         f"language observation:\n{description}\n\n"
         f"cursor:\n{cursor}\n(x={int(tty_cursor[1])}, y={int(tty_cursor[0])})\n\n"
         f"map:\n{screen}\n\n"
     )
+
+
+class TerminalMap:
+    """The map part of the observation: the terminal's rows after the first, one per line.
+
+    Keeps one buffer of the rows with a newline after each, so that a screen is one array copy and
+    one decode. One instance per env (the buffer is reused; not for concurrent use).
+
+    Args:
+        rows, width: the terminal's shape (NLE's 24 x 80).
+    """
+
+    def __init__(self, rows: int = 24, width: int = 80) -> None:
+        self._lined = np.empty((rows - 1, width + 1), dtype=np.uint8)
+        self._lined[:, width] = ord("\n")
+        self._text = self._lined.reshape(-1)[:-1]  # a view without the last newline
+        self._width = width
+
+    def __call__(self, tty_chars: np.ndarray) -> str:
+        """The map text of ``tty_chars`` (NLE's ``tty_chars``, shape ``(rows, width)`` uint8).
+
+        Raises:
+            ValueError: if ``tty_chars`` does not have this map's shape.
+        """
+        shape = (self._lined.shape[0] + 1, self._width)
+        if tty_chars.shape != shape:
+            raise ValueError(f"tty_chars must have shape {shape}, got {tty_chars.shape}")
+        self._lined[:, : self._width] = tty_chars[1:]
+        return self._text.tobytes().decode("latin-1")
 
 
 def balrog_context(inventory: str) -> str:

@@ -65,13 +65,14 @@ from nle.env.base import NLE
 from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.nethack_actions import action_indices
 from verlog.envs.nethack_balrog_text import (
+    TerminalMap,
     balrog_context,
-    balrog_observation,
+    compose_observation,
     cursor_text,
     describe_glyphs,
     inventory_text,
     join_more,
-    screen_message,
+    message_of_bytes,
 )
 from verlog.envs.nethack_glyphs import cursor_line, describe_surroundings
 from verlog.envs.nethack_screen import (
@@ -239,6 +240,12 @@ class NetHackTextEnvBase(TextEnv):
         self._descriptions = _RecentResults(RECENT_SCREENS)
         self._maps = _RecentResults(RECENT_SCREENS)
         self._inventories = _RecentResults(1)
+        # BALROG's text: (message, map text) by terminal; the map text of the current screen
+        self._screens = _RecentResults(RECENT_SCREENS)
+        self._terminal_map = TerminalMap()
+        self._map_text = ""
+        self._last_parts: tuple = ()  # what the last BALROG observation was made of, and the text
+        self._last_text = ""
 
     # -------------------------------------------------------------- TextEnv properties
     def parse_action(self, reply: str) -> str | None:
@@ -311,8 +318,7 @@ class NetHackTextEnvBase(TextEnv):
 
     def _extra_info(self) -> dict[str, Any]:
         """Extra info keys (same keys at reset and every step)."""
-        blstats = self._obs["blstats"]
-        return {"more_presses": self.more_presses, "turn": int(blstats[nethack.NLE_BL_TIME])}
+        return {"more_presses": self.more_presses, "turn": self._obs["blstats"].item(nethack.NLE_BL_TIME)}
 
     def _seed_game(self, core: int, disp: int) -> None:
         NLE.seed(self.nle, core, disp, reseed=False)
@@ -350,18 +356,33 @@ class NetHackTextEnvBase(TextEnv):
 
     def _render(self) -> str:
         obs = self._obs
-        glyphs, blstats, tty = obs["glyphs"], obs["blstats"], obs["tty_chars"]
-        x, y = int(blstats[nethack.NLE_BL_X]), int(blstats[nethack.NLE_BL_Y])
+        glyphs, blstats = obs["glyphs"], obs["blstats"]
+        x, y = blstats.item(nethack.NLE_BL_X), blstats.item(nethack.NLE_BL_Y)
         if self._balrog:
-            row, col = (int(v) for v in obs["tty_cursor"])
-            description = self._descriptions.get((glyphs.tobytes(), x, y), describe_glyphs, glyphs, x, y)
+            row, col = obs["tty_cursor"].tolist()
+            glyph_bytes = glyphs.tobytes()
+            parts = (self._message, self._map_text, glyph_bytes, x, y, row, col)
+            if parts == self._last_parts:  # the screen of the step before (compared, not hashed)
+                return self._last_text
+            description = self._descriptions.get((glyph_bytes, x, y), describe_glyphs, glyphs, x, y)
             cursor = cursor_text(glyphs, x, y, row, col)
-            return balrog_observation(self._message, description, cursor, (row, col), tty)
+            text = compose_observation(self._message, description, cursor, (row, col), self._map_text)
+            self._last_parts, self._last_text = parts, text
+            return text
         # A finished game has zero blstats (x = 0, a column no running game puts the agent in), so
         # its key never equals a running game's.
         description, cursor = self._descriptions.get((glyphs.tobytes(), x, y), self._describe, glyphs, x, y)
+        tty = obs["tty_chars"]
         ascii_map = self._maps.get(tty.tobytes(), render_map, tty)
         return render_observation(self._message, description, cursor, ascii_map)
+
+    def _read_screen(self, tty: np.ndarray) -> tuple[str, str]:
+        """BALROG's message and map text of one terminal (cached by its bytes)."""
+        raw = tty.tobytes()
+        return self._screens.get(raw, self._screen_texts, raw, tty)
+
+    def _screen_texts(self, raw: bytes, tty: np.ndarray) -> tuple[str, str]:
+        return message_of_bytes(raw, tty.shape[1]), self._terminal_map(tty)
 
     def _describe(self, glyphs: np.ndarray, x: int, y: int) -> tuple[list[str], str]:
         """The language observation's lines and the cursor line (only the latter once the game is over)."""
@@ -372,14 +393,15 @@ class NetHackTextEnvBase(TextEnv):
 
     def _balrog_more(self, obs: dict, done: bool, truncated: bool, info: dict) -> tuple[dict, float, bool, bool, dict]:
         """BALROG's ``--More--`` skipping after a step (:func:`join_more`); sets the message."""
-        message = screen_message(obs["tty_chars"])
+        message, self._map_text = self._read_screen(obs["tty_chars"])
         reward = 0.0
         presses = 0
         while "--More--" in message and not (done or truncated) and self._more_index is not None:
             if presses >= MAX_MORE_PRESSES:
                 break
             obs, step_reward, done, truncated, info = self.nle.step(self._more_index)
-            message = join_more(message, screen_message(obs["tty_chars"]))
+            next_message, self._map_text = self._read_screen(obs["tty_chars"])
+            message = join_more(message, next_message)
             reward += float(step_reward)
             presses += 1
         self.more_presses = presses
@@ -395,7 +417,7 @@ class NetHackTextEnvBase(TextEnv):
             done = truncated = False
             self.more_presses = 0
             self._obs = obs
-            self._message = screen_message(obs["tty_chars"])
+            self._message, self._map_text = self._read_screen(obs["tty_chars"])
         else:
             obs, _, done, truncated, info, parts = self._skip_more(obs, False, False, info)
             self._set_obs(obs, parts)

@@ -260,6 +260,7 @@ class NLETextEnv(NetHackTextEnvBase):
         self._max_xp = 0
         self._last_levels = (0, 0)
         self._progression = 0.0
+        self._blstats: list[int] = []  # the current blstats as Python ints
 
     #: ``"esc"`` (BALROG's NetHack default).
     default_action = DEFAULT_ACTION
@@ -287,7 +288,7 @@ class NLETextEnv(NetHackTextEnvBase):
 
     # -------------------------------------------------------------- game
     def _on_observation(self, reset: bool, reward: float, done: bool, end_status: int) -> None:
-        blstats = self._obs["blstats"].tolist()  # Python ints: cheaper to read than numpy scalars
+        blstats = self._blstats = self._obs["blstats"].tolist()  # Python ints: cheaper than numpy scalars
         turn = blstats[nethack.NLE_BL_TIME]
         if reset:
             self._stuck_steps = 0
@@ -309,12 +310,10 @@ class NLETextEnv(NetHackTextEnvBase):
 
     def _extra_info(self) -> dict[str, Any]:
         info = super()._extra_info()
-        info.update(
-            stuck_steps=self._stuck_steps,
-            max_depth=self._max_depth,
-            max_xp_level=self._max_xp,
-            score=int(self._obs["blstats"][nethack.NLE_BL_SCORE]),
-        )
+        info["stuck_steps"] = self._stuck_steps
+        info["max_depth"] = self._max_depth
+        info["max_xp_level"] = self._max_xp
+        info["score"] = self._blstats[nethack.NLE_BL_SCORE]
         return info
 
     def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
