@@ -61,10 +61,10 @@ def iteration_seconds(key: str, value: int, args: argparse.Namespace, root: Path
     from verlog.logging import read_metrics
 
     name = f"run{next(_RUNS)}"
-    overrides = [f"{key}={value}", f"iterations={args.iterations}", "format_warmup.steps=0",
-                 "ppo.critic_warmup_iterations=0", f"threads={args.threads}", "env.vector_mode=sync",
-                 "checkpoint_every=0", "eval.baseline=false", "eval.episodes=1", "eval.num_envs=1",
-                 "logging.progress=false", f"run_root={root}", f"name={name}", *args.overrides]
+    overrides = [f"iterations={args.iterations}", "format_warmup.steps=0", "ppo.critic_warmup_iterations=0",
+                 f"threads={args.threads}", "env.vector_mode=sync", "checkpoint_every=0", "eval.baseline=false",
+                 "eval.episodes=1", "eval.num_envs=1", "logging.progress=false", f"run_root={root}",
+                 f"name={name}", *args.overrides, f"{key}={value}"]  # the swept key last: it wins
     proc = subprocess.run([sys.executable, "-c", TRAIN, "tiny", *overrides], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"growth: the run {key}={value} failed: {proc.stderr.strip().splitlines()[-1:]}")
