@@ -1,16 +1,17 @@
 """The texts a tool task's format warm-up and tiny tokenizer are made of, shared by the built-in tasks
 (:mod:`verlog.agent.calculator`, :mod:`verlog.agent.search`) and class tasks
-(:mod:`verlog.agent.class_task`): Hermes tool calls, the final ``ANSWER: <answer>`` line (written and
+(:mod:`verlog.agent.class_task`): Hermes tool calls (:func:`tool_call_text`, defined beside the parser
+that reads them in :mod:`verlog.chat.parsing`), the final ``ANSWER: <answer>`` line (written and
 read here, once for every task), argument values drawn from a tool's schema, and whole conversations
 rendered by the tiny model's chat template."""
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from typing import Any
 
+from verlog.chat.parsing import tool_call_text
 from verlog.tools.base import BaseTool
 
 __all__ = ["ANSWER_PREFIX", "answer_text", "corpus_text", "draw_arguments", "final_answer", "prompt_vocabulary",
@@ -19,12 +20,6 @@ __all__ = ["ANSWER_PREFIX", "answer_text", "corpus_text", "draw_arguments", "fin
 #: what the final line of a built-in task's answer starts with
 ANSWER_PREFIX = "ANSWER:"
 _FINAL_ANSWER = re.compile(re.escape(ANSWER_PREFIX) + r"[ \t]*([^\n]*)")
-
-
-def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
-    """A Hermes tool call as the Qwen-family templates write one (and :func:`~verlog.agent.parse_reply`
-    reads it): ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``."""
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 def answer_text(value: float | int | str) -> str:

@@ -13,11 +13,13 @@ __all__ = ["solve"]
 
 
 def solve(question: SearchQuestion, *, base_url: str, reward_url: str, temperature: float = 1.0,
-          max_tokens: int = 64, max_turns: int = 3, timeout: float = 120.0, top_k: int = 2,
+          max_tokens: int = 64, max_turns: int = 3, timeout: float = 600.0, top_k: int = 2,
           world_seed: int = 0) -> float:
     """Answer ``question`` with chat completions and the ``search`` tool (``top_k`` passages of the
     world of ``world_seed`` per call); post and return the reward (0 without an answer after
-    ``max_turns`` replies).
+    ``max_turns`` replies). ``timeout`` (seconds per request) is long because an evaluation sends its
+    100 conversations at once: on one CPU thread SmolLM2 takes about a minute and a half per batch of
+    100 replies, and a request may also wait for the batch in flight before its own.
 
     Raises:
         openai.APIError, httpx.HTTPError: the proxy refused a request or the reward.

@@ -19,7 +19,7 @@ from typing import Any
 
 from verlog.chat.bounded_json import loads_bounded
 
-__all__ = ["ToolCall", "ParsedReply", "parse_reply", "reasoning_text", "strip_reasoning"]
+__all__ = ["ToolCall", "ParsedReply", "parse_reply", "reasoning_text", "strip_reasoning", "tool_call_text"]
 
 _THINK = ("<think>", "</think>")
 _CALL = ("<tool_call>", "</tool_call>")
@@ -55,6 +55,14 @@ class ParsedReply:
 
     content: str
     calls: list[ToolCall]
+
+
+def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
+    """A Hermes tool call as the Qwen-family templates write one, the block :func:`parse_reply` reads:
+    ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`` (``json.dumps`` with its default
+    separators). The format warm-ups teach it and the chat renderer writes it for templates that drop
+    an assistant message's ``tool_calls`` (:mod:`verlog.chat.renderer`)."""
+    return _CALL[0] + "\n" + json.dumps({"name": name, "arguments": arguments}) + "\n" + _CALL[1]
 
 
 def _blocks(text: str, tags: tuple[str, str]) -> tuple[str, list[str]]:

@@ -5,16 +5,66 @@ write (tool results, user turns), the tokens of their *delta* under the template
 rendered with the new messages minus the conversation rendered without them. The model's own output
 is never tokenised again. :meth:`ChatRenderer.consistent` compares the accumulated ids with a full
 re-render, so a template that rewrites history (e.g. drops old reasoning) is detected and reported.
+
+Assistant messages with ``tool_calls`` (what an OpenAI client sends back after a call): many chat
+templates of small models render only ``content`` and would show an empty assistant turn where the
+call was. The renderer finds this out once per template by rendering a probe conversation
+(:meth:`ChatRenderer.tool_calls_as_text`); for such a template each call is written into the message's
+content as the Hermes ``<tool_call>`` block the model generates and :func:`~verlog.chat.parsing.parse_reply`
+reads (:func:`tool_calls_into_content`). Templates that render the calls get the messages unchanged.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-__all__ = ["ChatRenderer"]
+from verlog.chat.parsing import tool_call_text
+
+__all__ = ["ChatRenderer", "tool_calls_into_content"]
 
 Message = dict[str, Any]
 _FALLBACK_BASE: list[Message] = [{"role": "user", "content": "."}]
+_PROBE_NAME = "verlog_probe_function"
+_PROBE_VALUE = "verlog-probe-value"
+_PROBE: list[Message] = [
+    {"role": "user", "content": "."},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_0", "type": "function",
+         "function": {"name": _PROBE_NAME, "arguments": {"verlog_probe_argument": _PROBE_VALUE}}}]},
+]
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    """The Hermes block of one OpenAI tool call (``{"function": {"name", "arguments"}}`` or the function
+    itself); arguments given as a JSON string are decoded first, and kept as the string when they are not
+    JSON."""
+    fn = call.get("function", call)
+    arguments = fn.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            pass
+    return tool_call_text(str(fn.get("name", "")), arguments)
+
+
+def tool_calls_into_content(messages: list[Message]) -> list[Message]:
+    """``messages`` with every assistant message's ``tool_calls`` written into its content: the content,
+    then one :func:`~verlog.chat.parsing.tool_call_text` block per call, separated by newlines (the
+    layout of Qwen2.5's template: ``"text\n<tool_call>...</tool_call>\n<tool_call>..."``, no leading
+    newline without text), and the ``tool_calls`` key removed. Other messages are returned as they are
+    (the same objects); the input is not modified."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if not calls:
+            out.append(message)
+            continue
+        content = message.get("content") or ""
+        parts = ([content] if content else []) + [_call_text(call) for call in calls]
+        out.append({k: v for k, v in message.items() if k != "tool_calls"} | {"content": "\n".join(parts)})
+    return out
 
 
 class ChatRenderer:
@@ -38,9 +88,45 @@ class ChatRenderer:
         self.chat_template = chat_template
         self.eos = str(tokenizer.eos_token)
         self.eos_id = int(tokenizer.eos_token_id)
+        self._calls_as_text: bool | None = None  # probed on first need
+
+    def with_tools(self, tools: list[dict[str, Any]] | None) -> "ChatRenderer":
+        """A renderer of the same tokenizer and template with other ``tools``, sharing this one's probe
+        result (:meth:`tool_calls_as_text`, probed here first if it was not yet)."""
+        other = ChatRenderer(self.tokenizer, tools, self.chat_template)
+        other._calls_as_text = self.tool_calls_as_text()
+        return other
+
+    def tool_calls_as_text(self) -> bool:
+        """Whether this template drops assistant ``tool_calls``, so :meth:`render` writes them into the
+        content (:func:`tool_calls_into_content`). Probed once per renderer: a conversation of a user
+        turn and an assistant turn with one call and empty content is rendered, and the template drops
+        the call when the rendering holds neither its function name nor its argument's value. A
+        template that raises on the probe is taken to render calls (the messages are left as they are,
+        and a request the template cannot render fails as it would without the probe)."""
+        if self._calls_as_text is None:
+            try:
+                text = self._apply(_PROBE, False)
+            except Exception:  # noqa: BLE001 - jinja errors: leave the messages to the template
+                self._calls_as_text = False
+            else:
+                self._calls_as_text = _PROBE_NAME not in text and _PROBE_VALUE not in text
+        return self._calls_as_text
+
+    def template_messages(self, messages: list[Message]) -> list[Message]:
+        """``messages`` as handed to the template: unchanged, unless one has ``tool_calls`` and the
+        template drops them (:meth:`tool_calls_as_text`); then with the calls written into the content."""
+        if any(m.get("tool_calls") for m in messages) and self.tool_calls_as_text():
+            return tool_calls_into_content(messages)
+        return messages
 
     def render(self, messages: list[Message], add_generation_prompt: bool) -> str:
-        """The template's text of ``messages`` (with the assistant header when asked)."""
+        """The template's text of ``messages`` (with the assistant header when asked); assistant
+        ``tool_calls`` the template would drop are written into the content (:meth:`template_messages`)."""
+        return self._apply(self.template_messages(messages), add_generation_prompt)
+
+    def _apply(self, messages: list[Message], add_generation_prompt: bool) -> str:
+        """The tokenizer's ``apply_chat_template`` text of ``messages`` with this renderer's tools and template."""
         kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": add_generation_prompt}
         if self.tools:
             kwargs["tools"] = self.tools

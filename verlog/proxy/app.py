@@ -7,6 +7,12 @@ through the :class:`~verlog.proxy.worker.GenerationWorker`, parses ``<think>`` a
 decoded for the agent only: the recorded response ids are the engine's, never re-tokenised.
 ``POST /rollout/{rollout_id}/attempt/{attempt}/reward`` stores ``{"reward": float}``.
 
+A chat template that drops assistant ``tool_calls`` (SmolLM2's renders only ``content``) gets the calls
+written into the content as the Hermes ``<tool_call>`` blocks the model generates
+(:meth:`verlog.chat.renderer.ChatRenderer.tool_calls_as_text`); the proxy says so once with a warning on the
+``verlog.proxy`` logger, counts such requests in ``OpenAIProxy.tool_calls_as_text`` and marks their
+records (``CallRecord.tool_calls_as_text``).
+
 A request with ``"stream": true`` gets the same reply as server-sent ``chat.completion.chunk`` events
 (:mod:`verlog.proxy.streaming`), generated in full first and recorded once every chunk is sent.
 
@@ -24,6 +30,7 @@ instead of waiting behind them.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from contextlib import asynccontextmanager
@@ -43,6 +50,8 @@ from verlog.proxy.streaming import DONE_EVENT, completion_chunks, sse_event
 from verlog.proxy.worker import GenerationWorker
 
 __all__ = ["MAX_SESSION_CHARS", "SESSION_HEADER", "OpenAIProxy", "Turn", "TurnStream", "create_app", "session_id"]
+
+log = logging.getLogger("verlog.proxy")
 
 class OpenAIProxy:
     """Serves chat completions from a rollout engine and records every call.
@@ -64,6 +73,8 @@ class OpenAIProxy:
     Attributes:
         refused: requests refused because ``max_pending`` were admitted.
         abandoned: requests cancelled because their client disconnected.
+        tool_calls_as_text: requests rendered with their assistant ``tool_calls`` written into the
+            content, because the chat template drops them (the first one is also logged as a warning).
 
     Raises:
         ValueError: the tokenizer has no eos token, ``max_batch``, ``chunk_tokens`` or ``max_pending`` < 1.
@@ -82,6 +93,7 @@ class OpenAIProxy:
         self.admitted = 0
         self.refused = 0
         self.abandoned = 0
+        self.tool_calls_as_text = 0
         self.worker = GenerationWorker(engine, max_batch, chunk_tokens)
         self.gate = PauseGate()
         self._chat = ChatRenderer(tokenizer, None, chat_template)
@@ -173,11 +185,17 @@ class OpenAIProxy:
 
     async def _serve(self, rollout_id: str, attempt: str, request: ChatRequest, arrived: float) -> "Turn":
         """Render, generate (after any pause) and parse one validated request into an unrecorded turn."""
-        chat = ChatRenderer(self._chat.tokenizer, request.tools, self._chat.chat_template)
+        chat = self._chat.with_tools(request.tools)
         try:
             prompt = chat.prompt_ids(request.messages)
         except Exception as exc:  # jinja errors: the request's shape does not fit the template
             raise ProxyRequestError(f"cannot render the messages with the chat template: {exc}", "messages") from None
+        calls_as_text = chat.tool_calls_as_text() and any(m.get("tool_calls") for m in request.messages)
+        if calls_as_text:
+            if not self.tool_calls_as_text:
+                log.warning("the chat template does not render assistant tool_calls: the proxy writes them into the "
+                            "message content as Hermes <tool_call> blocks (counted in OpenAIProxy.tool_calls_as_text)")
+            self.tool_calls_as_text += 1
         await self.gate.enter()
         try:
             seq = self.recorder.reserve(rollout_id, attempt)
@@ -200,7 +218,7 @@ class OpenAIProxy:
             seq=seq, prompt_ids=list(prompt), response_ids=list(gen.token_ids), logprobs=list(gen.logprobs),
             finish_reason=gen.finish_reason, messages=request.messages, tools=request.tools,
             reply=response["choices"][0]["message"], malformed_calls=sum(c.error is not None for c in parsed.calls),
-            arrived=arrived, started=started, finished=finished)
+            arrived=arrived, started=started, finished=finished, tool_calls_as_text=calls_as_text)
         return Turn(rollout_id, attempt, request, response, record)
 
 

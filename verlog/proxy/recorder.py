@@ -35,6 +35,8 @@ class CallRecord:
         malformed_calls: ``<tool_call>`` blocks that could not be parsed into a call.
         arrived, started, finished: ``time.time()`` when the request arrived, when its generation was
             queued (after any pause) and when the engine answered.
+        tool_calls_as_text: the prompt has the messages' ``tool_calls`` written into their content,
+            because the chat template drops them (:mod:`verlog.chat.renderer`).
     """
 
     seq: int
@@ -49,6 +51,7 @@ class CallRecord:
     arrived: float
     started: float
     finished: float
+    tool_calls_as_text: bool = False
 
     @property
     def latency(self) -> float:
