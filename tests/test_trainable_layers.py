@@ -166,6 +166,28 @@ def test_resume_restores_the_trained_top_layers(tiny3, tmp_path):
             assert torch.equal(p, stepped[name][n]), (name, n)
 
 
+def test_resume_steps_with_the_configured_learning_rate_not_the_saved_one(tiny3, tmp_path):
+    # the checkpoint's optimizer state carries lr 0.01; a resume asking for 1e-6 must step with 1e-6
+    models = _models(tiny3, None)
+    _one_step(models)
+    for name, engine in models.engines().items():
+        engine.save_checkpoint(str(tmp_path / "ds"), tag=name)
+    new_lr = {"actor": 1e-6, "critic": 2e-6}
+    cfg = _cfg(None, f"ppo.actor_lr={new_lr['actor']}", f"ppo.critic_lr={new_lr['critic']}", "ppo.weight_decay=0.1")
+    resumed = build_training_models(cfg, actor_path=tiny3, critic_path=tiny3, initial_path=tiny3, needs_critic=True,
+                                    turns_per_batch=2, resume_from=tmp_path)
+    before = {name: {n: p.detach().clone() for n, p in e.module.named_parameters()}
+              for name, e in resumed.engines().items()}
+    _one_step(resumed)
+    for name, engine in resumed.engines().items():
+        groups = engine.optimizer.param_groups
+        assert [g["lr"] for g in groups] == [new_lr[name]] * len(groups), name
+        assert [g["weight_decay"] for g in groups] == [0.1] * len(groups), name
+        assert all(s["step"] == 2 for s in engine.optimizer.optimizer.state.values()), name  # Adam's state kept
+        moved = max((p.detach() - before[name][n]).abs().max().item() for n, p in engine.module.named_parameters())
+        assert 0 < moved < 1e-4, (name, moved)  # an Adam step of lr 0.01 moves weights by ~0.01
+
+
 def test_preflight_reads_the_layer_count_of_a_packaged_model_without_converting_it(tmp_path):
     # the packaged GGUF's header says 30 layers; nothing is converted into the (empty) cache
     over = [f"model.cache_dir={tmp_path}", "model.path=smollm2-135m-instruct"]

@@ -26,7 +26,7 @@ from verlog.safe_load import weights_only_loads
 from verlog.scoring import Rows, policy_outputs, turn_rows, with_frozen_hidden
 from verlog.vision import vision_tower
 
-__all__ = ["TrainingModels", "build_training_models", "train_top_layers"]
+__all__ = ["TrainingModels", "build_training_models", "set_optimizer_hyperparameters", "train_top_layers"]
 
 
 @dataclass
@@ -124,6 +124,25 @@ def _prepared(model: torch.nn.Module, cfg: TrainConfig, base_path: str | Path, *
     return model
 
 
+def set_optimizer_hyperparameters(engine: Any, *, lr: float, weight_decay: float) -> None:
+    """Set the learning rate and weight decay of every parameter group of ``engine``'s optimizer.
+
+    ``engine.load_checkpoint`` restores the optimizer's state dict, and with it the hyperparameters
+    the checkpoint was written with (``torch.optim.Optimizer.load_state_dict`` copies the saved
+    param groups), so a resumed run would otherwise keep the old values whatever its config says.
+    The Adam moments and step counts are left as loaded.
+
+    Args:
+        engine: a DeepSpeed engine (its ``optimizer`` is the ZeRO wrapper, whose ``param_groups`` are
+            the wrapped torch optimizer's).
+        lr: the learning rate.
+        weight_decay: the AdamW weight decay.
+    """
+    for group in engine.optimizer.param_groups:
+        group["lr"] = lr
+        group["weight_decay"] = weight_decay
+
+
 def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_path: str | Path,
                           initial_path: str | Path, needs_critic: bool, turns_per_batch: int,
                           resume_from: Path | None = None) -> TrainingModels:
@@ -166,6 +185,10 @@ def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_pa
             partial = bool(cfg.model.lora_rank) or cfg.model.trainable_layers is not None
             with weights_only_loads(e):  # DeepSpeed's own reader would unpickle anything
                 e.load_checkpoint(str(resume_from / "ds"), tag=name, load_module_strict=not partial)
+            # the optimizer state brought back the saved run's learning rate and weight decay: a
+            # resume with other ppo.* values (``resume=<run> ppo.actor_lr=...``) must step with them
+            set_optimizer_hyperparameters(e, lr=cfg.ppo.actor_lr if name == "actor" else cfg.ppo.critic_lr,
+                                          weight_decay=cfg.ppo.weight_decay)
     if cfg.ppo.kl_coef > 0:
         models.reference = _reference(cfg, actor, initial_path, dtype)
     return models
