@@ -257,7 +257,27 @@ def test_preflight_names_the_install_line_when_bm25s_is_missing(monkeypatch):
 
 
 def test_warmup_worlds_reaches_the_task_and_a_negative_count_names_the_key():
-    cfg = load_recipe("search_tiny", ["agent.warmup_worlds=3"])
-    assert cfg.agent.task_kwargs() == {"top_k": 2, "warmup_worlds": 3}
+    cfg = load_recipe("search_tiny", ["agent.warmup_worlds=3", "agent.query_space=true"])
+    assert cfg.agent.task_kwargs() == {"top_k": 2, "warmup_worlds": 3, "query_space": True}
     with pytest.raises(ConfigError, match="^agent.warmup_worlds: expected an integer >= 0, got -1$"):
         load_recipe("search_tiny", ["agent.warmup_worlds=-1"])
+
+
+def _contains(seq, sub):
+    return any(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
+
+
+def test_query_space_makes_the_query_the_same_tokens_as_the_name_in_the_question(tok):
+    task = make_agent_task("search", top_k=2, query_space=True)
+    for q in eval_questions(WORLD)[:10]:
+        name = tok.encode(" " + q.entity, add_special_tokens=False)
+        assert _contains(tok.encode(q.question, add_special_tokens=False), name)
+        spaced, plain = task.warmup_scripts(q), TASK.warmup_scripts(q)
+        assert [len(s) for s in spaced] == [len(s) for s in plain]
+        assert all(f'"query": " {q.entity}"' in s[0] for s in spaced)
+        assert _contains(tok.encode(spaced[0][0], add_special_tokens=False), name)
+        assert not _contains(tok.encode(plain[0][0], add_special_tokens=False), name)   # the first piece differs
+        if q.kind in TWO_HOP:   # the founder's name as the company's passage writes it, after a space
+            founder = q.gold[1].partition(":")[2]
+            assert f'"query": " {founder}"' in spaced[-1][1]
+        assert [s[-1] for s in spaced] == [s[-1] for s in plain]   # the same answers

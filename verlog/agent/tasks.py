@@ -85,7 +85,7 @@ def _calculator(max_operand: int = 99) -> AgentTask:
     )
 
 
-def _search(top_k: int = 2, world_seed: int = 0, warmup_worlds: int = 0) -> AgentTask:
+def _search(top_k: int = 2, world_seed: int = 0, warmup_worlds: int = 0, query_space: bool = False) -> AgentTask:
     world, _ = search.world_index(world_seed)
     held_out = search_world.eval_questions(world)
 
@@ -103,7 +103,7 @@ def _search(top_k: int = 2, world_seed: int = 0, warmup_worlds: int = 0) -> Agen
         start=lambda q: Conversation(search.question_messages(q), search.search_tools(q.world, top_k),
                                      search.search_reward(q)),
         success_reward=1.0,
-        warmup_scripts=lambda q: search.warmup_scripts(search.world_index(q.world)[0], q),
+        warmup_scripts=lambda q: search.warmup_scripts(search.world_index(q.world)[0], q, query_space),
         corpus=lambda n, seed: search.search_corpus(make_items(n, seed), world_seed, top_k),
         eval_items=eval_items,
         warmup_items=(lambda n, seed: search_world.practice_questions(world, n, warmup_worlds, seed))
@@ -116,8 +116,9 @@ AGENT_TASKS: dict[str, Callable[..., AgentTask]] = {"calculator": _calculator, "
 
 def make_agent_task(name: str, **kwargs: Any) -> AgentTask:
     """The task ``name`` built with ``kwargs``: a registered name (calculator: ``max_operand``; search:
-    ``top_k`` passages per search, the ``world_seed`` of its invented world and ``warmup_worlds``, the
-    number of other worlds the format warm-up's questions come from, 0: its own training questions), or the
+    ``top_k`` passages per search, the ``world_seed`` of its invented world, ``warmup_worlds``, the
+    number of other worlds the format warm-up's questions come from, 0: its own training questions, and
+    ``query_space``, whether the warm-up's queries start with a space), or the
     import path ``package.module:Class`` of an environment class (``dataset``: see
     :func:`verlog.agent.class_task.class_task`), or the import path of a row function whose rows an
     agent of ``agent.loop=proxy`` plays (:func:`verlog.agent.rows_task.rows_task`).
