@@ -158,7 +158,8 @@ def test_help_has_one_entry_per_key_grouped_by_section():
     assert max(len(line) for line in lines) <= 100
     assert "agent: tool tasks: the built-in loop or an agent through the proxy" in lines
     starts = [line.split()[0] for line in lines if line.startswith("  agent.")]
-    assert starts == ["agent.loop", "agent.task", "agent.dataset", "agent.agent", "agent.max_operand", "agent.top_k",
+    assert starts == ["agent.loop", "agent.task", "agent.dataset", "agent.agent", "agent.max_operand", "agent.top_k", "agent.warmup_worlds",
+                      "agent.query_space",
                       "agent.max_assistant_turns", "agent.max_total_tokens", "agent.max_tool_response_chars", "agent.credit", "agent.credit_gamma",
                       "agent.tool_latency_s"]
 

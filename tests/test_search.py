@@ -16,7 +16,7 @@ from verlog.agent.formats import final_answer
 from verlog.agent.loading import load_agent_fn
 from verlog.agent.search import search_reward, warmup_scripts, world_index
 from verlog.agent.search_world import (EVAL_COMPANIES, EVAL_QUESTIONS, KINDS, TWO_HOP, eval_questions,
-                                       make_questions, make_world, passages)
+                                       held_out_words, make_questions, make_world, passages, practice_questions)
 from verlog.agent.tasks import make_agent_task
 from verlog.config import ConfigError, load_recipe
 from verlog.models import load_tokenizer
@@ -132,6 +132,49 @@ def test_warmup_scripts_search_the_named_entity_and_exactly_one_is_right():
         assert len(right) == 1 and len(right[0]) == q.hops + 1
 
 
+def _name_words(world):
+    return ({w.lower() for p in world.people for w in p.name.split()} | {c.name.split()[0].lower() for c in world.companies}
+            | {c.lower() for c in world.cities})
+
+
+def test_practice_questions_come_from_other_worlds_that_name_no_held_out_entity():
+    held = held_out_words(WORLD)
+    assert len(held) == 3 * EVAL_COMPANIES                    # a first, a last and a company word each
+    qs = practice_questions(WORLD, 25, 4, seed=3)
+    assert qs == practice_questions(make_world(0), 25, 4, seed=3) != practice_questions(WORLD, 25, 4, seed=4)
+    by_world = [q.world for q in qs]
+    assert len(qs) == 25 and by_world == sorted(by_world)     # world by world
+    assert [by_world.count(w) for w in dict.fromkeys(by_world)] == [7, 6, 6, 6]
+    assert 0 not in by_world and all(w > 0 for w in by_world)
+    for w in set(by_world):
+        other = make_world(w)
+        assert not _name_words(other) & held
+        texts = {p.id: p.text for p in passages(other)}
+        for q in (x for x in qs if x.world == w):
+            assert q.answer in texts[q.gold[-1]] and q.entity in texts[q.gold[0]]
+    # the skip is real: over the first 200 seeds some worlds share a word with the held-out names
+    assert any(_name_words(make_world(k)) & held for k in range(1, 200))
+    assert {q.world for q in practice_questions(WORLD, 200, 200, seed=0)}.isdisjoint(
+        {k for k in range(1, 200) if _name_words(make_world(k)) & held})
+    with pytest.raises(ValueError):
+        practice_questions(WORLD, 5, 0, seed=0)
+
+
+def test_a_task_with_warmup_worlds_warms_up_on_them_and_searches_each_questions_own_world():
+    task = make_agent_task("search", top_k=2, warmup_worlds=3)
+    assert TASK.format_warmup_items(10, 7) == TASK.make_items(10, 7)
+    items = task.format_warmup_items(10, 7)
+    assert items == practice_questions(WORLD, 10, 3, seed=7) and task.make_items(10, 7) == TASK.make_items(10, 7)
+    for q in items:
+        other = make_world(q.world)
+        texts = {p.id: p.text for p in passages(other)}
+        conv = task.start(q)
+        assert conv.tools[0](q.entity).split("\n")[0] == texts[q.gold[0]]   # the question's own world
+        scripts = task.warmup_scripts(q)
+        right = [sc for sc in scripts if conv.reward_fn(sc[-1]) == 1.0]
+        assert len(right) == 1 and all(q.entity in sc[0] for sc in scripts)
+
+
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
     path = build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", TASK.corpus(30, 1), vocab_size=400,
@@ -211,3 +254,30 @@ def test_preflight_names_the_install_line_when_bm25s_is_missing(monkeypatch):
     assert str(err.value) == "agent.task: search needs the bm25s package, not installed: pip install 'verlog[search]'"
     monkeypatch.setattr(preflight, "module_exists", lambda name: True)
     check_buildable(cfg)
+
+
+def test_warmup_worlds_reaches_the_task_and_a_negative_count_names_the_key():
+    cfg = load_recipe("search_tiny", ["agent.warmup_worlds=3", "agent.query_space=true"])
+    assert cfg.agent.task_kwargs() == {"top_k": 2, "warmup_worlds": 3, "query_space": True}
+    with pytest.raises(ConfigError, match="^agent.warmup_worlds: expected an integer >= 0, got -1$"):
+        load_recipe("search_tiny", ["agent.warmup_worlds=-1"])
+
+
+def _contains(seq, sub):
+    return any(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
+
+
+def test_query_space_makes_the_query_the_same_tokens_as_the_name_in_the_question(tok):
+    task = make_agent_task("search", top_k=2, query_space=True)
+    for q in eval_questions(WORLD)[:10]:
+        name = tok.encode(" " + q.entity, add_special_tokens=False)
+        assert _contains(tok.encode(q.question, add_special_tokens=False), name)
+        spaced, plain = task.warmup_scripts(q), TASK.warmup_scripts(q)
+        assert [len(s) for s in spaced] == [len(s) for s in plain]
+        assert all(f'"query": " {q.entity}"' in s[0] for s in spaced)
+        assert _contains(tok.encode(spaced[0][0], add_special_tokens=False), name)
+        assert not _contains(tok.encode(plain[0][0], add_special_tokens=False), name)   # the first piece differs
+        if q.kind in TWO_HOP:   # the founder's name as the company's passage writes it, after a space
+            founder = q.gold[1].partition(":")[2]
+            assert f'"query": " {founder}"' in spaced[-1][1]
+        assert [s[-1] for s in spaced] == [s[-1] for s in plain]   # the same answers

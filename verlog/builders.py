@@ -273,7 +273,7 @@ def agent_warmup_examples(cfg: TrainConfig, tokenizer: Any, *, items: int, seed:
 
     async def run() -> list[WarmupExample]:
         out: list[WarmupExample] = []
-        for item in task.make_items(items, seed):
+        for item in task.format_warmup_items(items, seed):
             def make_loop(engine: Any, item: Any = item) -> ToolAgentLoop:
                 return ToolAgentLoop(engine, tokenizer, task.start(item).tools, limits=limits, check_template=False)
 

@@ -168,6 +168,12 @@ class AgentConfig:
     max_operand: int = _f(99, "calculator: operands are integers 2..max_operand")
     top_k: int = _f(2, "search: passages each search call returns (the proxy agent "
                        "verlog.agent.search_openai:solve uses 2)")
+    warmup_worlds: int = _f(0, "search: the format warm-up's questions come from this many other invented "
+                               "worlds (none naming a held-out entity), so it sees many more names than the "
+                               "task's 200 training entities; 0: the task's own training questions")
+    query_space: bool = _f(False, "search: the format warm-up writes each query with the space that precedes the "
+                                  "name where it is copied from, so a byte-level BPE splits it into the same "
+                                  "tokens (for the tiny model)")
     max_assistant_turns: int = _f(3, "loop tools: most assistant turns per conversation")
     max_total_tokens: int = _f(1024, "loop tools: most tokens per conversation (first prompt included)")
     max_tool_response_chars: int = _f(500, "loop tools: longer tool responses are cut (and the cut counted)")
@@ -178,9 +184,11 @@ class AgentConfig:
                                     "as of a remote tool; for benchmarks and tests)")
 
     def task_kwargs(self) -> dict[str, Any]:
-        """The keys of the built-in task ``task`` (calculator: ``max_operand``; search: ``top_k``), for
-        :func:`verlog.agent.tasks.make_agent_task`; empty for any other task."""
-        return {"calculator": {"max_operand": self.max_operand}, "search": {"top_k": self.top_k}}.get(self.task, {})
+        """The keys of the built-in task ``task`` (calculator: ``max_operand``; search: ``top_k``,
+        ``warmup_worlds``, ``query_space``), for :func:`verlog.agent.tasks.make_agent_task`; empty for any other task."""
+        return {"calculator": {"max_operand": self.max_operand},
+                "search": {"top_k": self.top_k, "warmup_worlds": self.warmup_worlds,
+                           "query_space": self.query_space}}.get(self.task, {})
 
 
 @dataclass

@@ -206,6 +206,8 @@ def _agent_problem(cfg: Any) -> str | None:
         return f"agent.max_operand: expected an integer >= 2, got {agent.max_operand}"
     if agent.top_k < 1:
         return f"agent.top_k: expected an integer >= 1, got {agent.top_k}"
+    if agent.warmup_worlds < 0:
+        return f"agent.warmup_worlds: expected an integer >= 0, got {agent.warmup_worlds}"
     if agent.credit_gamma <= 0:
         return f"agent.credit_gamma: expected a number in (0, 1], got {agent.credit_gamma}"
     return None

@@ -70,15 +70,17 @@ def search_reward(question: SearchQuestion):
     return reward
 
 
-def _scripts(world: World, question: SearchQuestion) -> list[list[tuple[str, str]]]:
-    """The warm-up scripts as steps ``("search", query)`` / ``("answer", text)``."""
-    first = ("search", question.entity)
+def _scripts(world: World, question: SearchQuestion, query_space: bool = False) -> list[list[tuple[str, str]]]:
+    """The warm-up scripts as steps ``("search", query)`` / ``("answer", text)``; ``query_space``: every
+    query starts with a space."""
+    lead = " " if query_space else ""
+    first = ("search", lead + question.entity)
     if question.entity in {p.name for p in world.people}:
         person = world.person(question.entity)
         return [[first, ("answer", person.city)], [first, ("answer", str(person.year))]]
     company = {c.name: c for c in world.companies}[question.entity]
     founder = world.person(company.founder)
-    second = ("search", founder.name)
+    second = ("search", lead + founder.name)
     return ([[first, ("answer", v)] for v in (company.founder, str(company.year), company.city)]
             + [[first, second, ("answer", v)] for v in (founder.city, str(founder.year))])
 
@@ -88,10 +90,15 @@ def _reply(step: tuple[str, str]) -> str:
     return tool_call_text("search", {"query": text}) if kind == "search" else answer_text(text)
 
 
-def warmup_scripts(world: World, question: SearchQuestion) -> list[list[str]]:
+def warmup_scripts(world: World, question: SearchQuestion, query_space: bool = False) -> list[list[str]]:
     """The format warm-up's reply scripts for ``question`` (see the module's docstring): 2 for a
-    question naming a person, 5 for one naming a company; exactly one ends with the gold answer."""
-    return [[_reply(step) for step in script] for script in _scripts(world, question)]
+    question naming a person, 5 for one naming a company; exactly one ends with the gold answer.
+
+    ``query_space``: each query is written with the space that precedes the name in the question or
+    passage it is copied from (``{"query": " Tesdron Labs"}``). A byte-level BPE tokenizer then splits
+    the name into the same tokens in the query as where it was read (without the space, the first
+    piece is another token, ``T`` for the question's ``ĠT``); BM25 ignores the space."""
+    return [[_reply(step) for step in script] for script in _scripts(world, question, query_space)]
 
 
 def search_corpus(questions: list[SearchQuestion], seed: int, top_k: int) -> list[str]:

@@ -19,7 +19,8 @@ import random
 from dataclasses import dataclass
 
 __all__ = ["Company", "EVAL_COMPANIES", "EVAL_QUESTIONS", "KINDS", "ONE_HOP", "Passage", "Person", "SearchQuestion",
-           "TWO_HOP", "World", "eval_questions", "make_questions", "make_world", "passages"]
+           "TWO_HOP", "World", "eval_questions", "held_out_words", "make_questions", "make_world", "passages",
+           "practice_questions"]
 
 #: companies (and their founders) held out for evaluation
 EVAL_COMPANIES = 50
@@ -105,6 +106,7 @@ class SearchQuestion:
         entity: the name the question gives (a person or a company).
         gold: the ids of the passages that support the answer, in the order they must be found
             (one for one-hop, two for two-hop).
+        world: the seed of the world the question is about (:attr:`World.seed`).
     """
 
     question: str
@@ -112,6 +114,7 @@ class SearchQuestion:
     kind: str
     entity: str
     gold: tuple[str, ...]
+    world: int = 0
 
     @property
     def hops(self) -> int:
@@ -181,16 +184,16 @@ def _question(world: World, index: int, kind: str) -> SearchQuestion:
     if kind in ("person_city", "person_year"):
         answer = founder.city if kind == "person_city" else str(founder.year)
         return SearchQuestion(ONE_HOP[kind].format(e=founder.name), answer, kind, founder.name,
-                              (f"person:{founder.name}",))
+                              (f"person:{founder.name}",), world.seed)
     if kind in ONE_HOP:
         answer = {"company_founder": company.founder, "company_year": str(company.year),
                   "company_city": company.city}[kind]
         return SearchQuestion(ONE_HOP[kind].format(e=company.name), answer, kind, company.name,
-                              (f"company:{company.name}",))
+                              (f"company:{company.name}",), world.seed)
     if kind in TWO_HOP:
         answer = founder.city if kind == "founder_city" else str(founder.year)
         return SearchQuestion(TWO_HOP[kind].format(e=company.name), answer, kind, company.name,
-                              (f"company:{company.name}", f"person:{founder.name}"))
+                              (f"company:{company.name}", f"person:{founder.name}"), world.seed)
     raise ValueError(f"unknown question kind {kind!r}; known: {', '.join(KINDS)}")
 
 
@@ -228,4 +231,44 @@ def eval_questions(world: World) -> list[SearchQuestion]:
     out = []
     for i in range(EVAL_COMPANIES):
         out += [_question(world, i, two[i % len(two)]), _question(world, i, one[i % len(one)])]
+    return out
+
+
+def held_out_words(world: World) -> set[str]:
+    """The lower-cased name words of the held-out entities of ``world`` (the first :data:`EVAL_COMPANIES`
+    companies and their founders), company suffixes (``Labs``, ...) left out."""
+    names = [c.name for c in world.companies[:EVAL_COMPANIES]] + [c.founder for c in world.companies[:EVAL_COMPANIES]]
+    suffixes = {s.lower() for s in _COMPANY_SUFFIXES}
+    return {w.lower() for name in names for w in name.split()} - suffixes
+
+
+def practice_questions(world: World, n: int, worlds: int, seed: int) -> list[SearchQuestion]:
+    """``n`` training questions (:func:`make_questions` with ``seed``) about ``worlds`` *other* worlds,
+    world by world (``n // worlds`` from each, one more from the first ``n % worlds``): the worlds of
+    seeds ``world.seed + 1``, ``world.seed + 2``, ..., skipping every world that has a name word
+    (a city's included) in common with the held-out entities of ``world`` (:func:`held_out_words`), so
+    no practice question or passage names one of them. Each question's :attr:`SearchQuestion.world`
+    says which world it is about. A pure function of its arguments.
+
+    Questions about many worlds give a format warm-up many more names than one world's 200 training
+    entities: a model that learns to write the question's name into its query cannot get there by
+    remembering the few names it saw.
+
+    Raises:
+        ValueError: ``n`` < 0 or ``worlds`` < 1.
+    """
+    if n < 0 or worlds < 1:
+        raise ValueError(f"practice_questions: needs n >= 0 and worlds >= 1, got {n} and {worlds}")
+    avoid = held_out_words(world)
+    out: list[SearchQuestion] = []
+    seed_k = world.seed
+    for k in range(worlds):
+        other = None
+        while other is None:
+            seed_k += 1
+            candidate = make_world(seed_k, len(world.companies), len(world.cities))
+            words = {w.lower() for p in candidate.people for w in p.name.split()}
+            words |= {c.name.split()[0].lower() for c in candidate.companies} | {c.lower() for c in candidate.cities}
+            other = None if words & avoid else candidate
+        out += make_questions(other, n // worlds + (k < n % worlds), seed)
     return out

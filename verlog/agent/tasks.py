@@ -51,6 +51,9 @@ class AgentTask:
         corpus: ``(n, seed) -> texts`` for the tiny model's tokenizer.
         eval_items: ``(n, seed) -> n items`` for evaluation when the task holds a fixed evaluation set
             out of training's items (``search``); None: evaluation draws ``make_items(n, eval seed)``.
+        warmup_items: ``(n, seed) -> n items`` for the format warm-up when it has items of its own
+            (``search`` with ``warmup_worlds``: questions about other invented worlds); None: the
+            warm-up draws ``make_items(n, seed)``.
     """
 
     name: str
@@ -60,6 +63,11 @@ class AgentTask:
     warmup_scripts: Callable[[Any], list[list[str]]]
     corpus: Callable[[int, int], list[str]]
     eval_items: Callable[[int, int], list[Any]] | None = None
+    warmup_items: Callable[[int, int], list[Any]] | None = None
+
+    def format_warmup_items(self, n: int, seed: int) -> list[Any]:
+        """The ``n`` items a format warm-up with ``seed`` runs: ``warmup_items`` when set, else ``make_items``."""
+        return (self.warmup_items or self.make_items)(n, seed)
 
     def evaluation_items(self, n: int, seed: int) -> list[Any]:
         """The ``n`` items an evaluation with ``seed`` runs: ``eval_items`` when set, else ``make_items``."""
@@ -77,7 +85,7 @@ def _calculator(max_operand: int = 99) -> AgentTask:
     )
 
 
-def _search(top_k: int = 2, world_seed: int = 0) -> AgentTask:
+def _search(top_k: int = 2, world_seed: int = 0, warmup_worlds: int = 0, query_space: bool = False) -> AgentTask:
     world, _ = search.world_index(world_seed)
     held_out = search_world.eval_questions(world)
 
@@ -92,12 +100,14 @@ def _search(top_k: int = 2, world_seed: int = 0) -> AgentTask:
     return AgentTask(
         name="search",
         make_items=make_items,
-        start=lambda q: Conversation(search.question_messages(q), search.search_tools(world_seed, top_k),
+        start=lambda q: Conversation(search.question_messages(q), search.search_tools(q.world, top_k),
                                      search.search_reward(q)),
         success_reward=1.0,
-        warmup_scripts=lambda q: search.warmup_scripts(world, q),
+        warmup_scripts=lambda q: search.warmup_scripts(search.world_index(q.world)[0], q, query_space),
         corpus=lambda n, seed: search.search_corpus(make_items(n, seed), world_seed, top_k),
         eval_items=eval_items,
+        warmup_items=(lambda n, seed: search_world.practice_questions(world, n, warmup_worlds, seed))
+        if warmup_worlds > 0 else None,
     )
 
 
@@ -106,7 +116,9 @@ AGENT_TASKS: dict[str, Callable[..., AgentTask]] = {"calculator": _calculator, "
 
 def make_agent_task(name: str, **kwargs: Any) -> AgentTask:
     """The task ``name`` built with ``kwargs``: a registered name (calculator: ``max_operand``; search:
-    ``top_k`` passages per search and the ``world_seed`` of its invented world), or the
+    ``top_k`` passages per search, the ``world_seed`` of its invented world, ``warmup_worlds``, the
+    number of other worlds the format warm-up's questions come from, 0: its own training questions, and
+    ``query_space``, whether the warm-up's queries start with a space), or the
     import path ``package.module:Class`` of an environment class (``dataset``: see
     :func:`verlog.agent.class_task.class_task`), or the import path of a row function whose rows an
     agent of ``agent.loop=proxy`` plays (:func:`verlog.agent.rows_task.rows_task`).
