@@ -285,3 +285,27 @@ def load_golden_corpus(path: Path) -> tuple[dict, dict[str, list[dict]], dict[st
             else:
                 others.append(record)
     return header, levels, episodes, others
+
+
+def transcript_digest(name: str, *, seed: int = 3, steps: int = 400, **env_kwargs: Any) -> str:
+    """SHA-256 of one seeded random-action transcript of text env ``name`` (``make_env(name,
+    **env_kwargs)``): the reset's observation and info, then every step's 5-tuple, with a reset (and
+    its observation and info) after each episode end. Pinned digests hold every byte of a text layer
+    while its code is rewritten for speed."""
+    import numpy as np
+
+    from verlog.envs.registry import make_env
+
+    env = make_env(name, **env_kwargs)
+    rng = np.random.default_rng(seed)
+    digest = hashlib.sha256()
+    obs, info = env.reset(seed=seed)
+    digest.update(repr((obs, sorted(info.items()))).encode())
+    for i in rng.integers(0, len(env.valid_actions), steps):
+        step = env.step(f"ACTION: {env.valid_actions[i]}")
+        digest.update(repr(step[:4] + (sorted(step[4].items()),)).encode())
+        if step[2] or step[3]:
+            obs, info = env.reset()
+            digest.update(repr((obs, sorted(info.items()))).encode())
+    env.close()
+    return digest.hexdigest()

@@ -20,6 +20,7 @@ from verlog.envs import nethack_text as nt
 from verlog.envs.base import INFO_KEYS
 from verlog.envs.minihack import MINIHACK_TASKS
 from verlog.envs.nle import NLE_ACTION_NAMES, NLE_NAMED_ACTIONS, load_progression_table, progression_of
+from helpers import transcript_digest
 
 MOVES = ["north", "east", "south", "west", "northeast", "southeast", "southwest", "northwest"]
 FAR = [f"far {m}" for m in MOVES]
@@ -557,24 +558,6 @@ TRANSCRIPT_DIGESTS = {
 }
 
 
-def _transcript_digest(name: str, seed: int = 3, steps: int = 400) -> str:
-    import hashlib
-
-    env = make_env(name, text_style="tidy")
-    rng = np.random.default_rng(seed)
-    digest = hashlib.sha256()
-    obs, info = env.reset(seed=seed)
-    digest.update(repr((obs, sorted(info.items()))).encode())
-    for i in rng.integers(0, len(env.valid_actions), steps):
-        step = env.step(f"ACTION: {env.valid_actions[i]}")
-        digest.update(repr(step[:4] + (sorted(step[4].items()),)).encode())
-        if step[2] or step[3]:
-            obs, info = env.reset()
-            digest.update(repr((obs, sorted(info.items()))).encode())
-    env.close()
-    return digest.hexdigest()
-
-
 @pytest.mark.parametrize("name", sorted(TRANSCRIPT_DIGESTS))
 def test_episodes_match_the_pinned_transcripts(name):
-    assert _transcript_digest(name) == TRANSCRIPT_DIGESTS[name]
+    assert transcript_digest(name, text_style="tidy") == TRANSCRIPT_DIGESTS[name]

@@ -4,7 +4,6 @@ step by step, the text rules on hand-made inputs, and the tidy option."""
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from verlog.envs import make_env
 from verlog.envs import nethack_balrog_text as bt
 from verlog.envs.minihack import MINIHACK_TASKS
 from verlog.envs.nle import NLE_ACTION_NAMES
+from helpers import transcript_digest
 
 GOLDEN = Path(__file__).parent / "data" / "balrog_nle.jsonl.gz"
 _LINES = gzip.decompress(GOLDEN.read_bytes()).decode("utf-8").splitlines()
@@ -323,25 +323,9 @@ BALROG_TRANSCRIPT_DIGESTS = {
 }
 
 
-def _transcript_digest(name: str, seed: int = 3, steps: int = 400) -> str:
-    env = make_env(name)
-    rng = np.random.default_rng(seed)
-    digest = hashlib.sha256()
-    obs, info = env.reset(seed=seed)
-    digest.update(repr((obs, sorted(info.items()))).encode())
-    for i in rng.integers(0, len(env.valid_actions), steps):
-        step = env.step(f"ACTION: {env.valid_actions[i]}")
-        digest.update(repr(step[:4] + (sorted(step[4].items()),)).encode())
-        if step[2] or step[3]:
-            obs, info = env.reset()
-            digest.update(repr((obs, sorted(info.items()))).encode())
-    env.close()
-    return digest.hexdigest()
-
-
 @pytest.mark.parametrize("name", sorted(BALROG_TRANSCRIPT_DIGESTS))
 def test_balrog_episodes_match_the_pinned_transcripts(name):
-    assert _transcript_digest(name) == BALROG_TRANSCRIPT_DIGESTS[name]
+    assert transcript_digest(name) == BALROG_TRANSCRIPT_DIGESTS[name]
 
 
 # ----------------------------------------------------------------------------- styles and actions
