@@ -113,12 +113,15 @@ class ChatRenderer:
                 self._calls_as_text = _PROBE_NAME not in text and _PROBE_VALUE not in text
         return self._calls_as_text
 
+    def rewrites_calls(self, messages: list[Message]) -> bool:
+        """Whether :meth:`render` writes tool calls of ``messages`` into the content: one has
+        ``tool_calls`` and the template drops them (:meth:`tool_calls_as_text`)."""
+        return any(m.get("tool_calls") for m in messages) and self.tool_calls_as_text()
+
     def template_messages(self, messages: list[Message]) -> list[Message]:
-        """``messages`` as handed to the template: unchanged, unless one has ``tool_calls`` and the
-        template drops them (:meth:`tool_calls_as_text`); then with the calls written into the content."""
-        if any(m.get("tool_calls") for m in messages) and self.tool_calls_as_text():
-            return tool_calls_into_content(messages)
-        return messages
+        """``messages`` as handed to the template: unchanged, unless :meth:`rewrites_calls`; then with
+        the calls written into the content."""
+        return tool_calls_into_content(messages) if self.rewrites_calls(messages) else messages
 
     def render(self, messages: list[Message], add_generation_prompt: bool) -> str:
         """The template's text of ``messages`` (with the assistant header when asked); assistant

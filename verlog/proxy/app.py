@@ -53,6 +53,7 @@ __all__ = ["MAX_SESSION_CHARS", "SESSION_HEADER", "OpenAIProxy", "Turn", "TurnSt
 
 log = logging.getLogger("verlog.proxy")
 
+
 class OpenAIProxy:
     """Serves chat completions from a rollout engine and records every call.
 
@@ -190,7 +191,7 @@ class OpenAIProxy:
             prompt = chat.prompt_ids(request.messages)
         except Exception as exc:  # jinja errors: the request's shape does not fit the template
             raise ProxyRequestError(f"cannot render the messages with the chat template: {exc}", "messages") from None
-        calls_as_text = chat.tool_calls_as_text() and any(m.get("tool_calls") for m in request.messages)
+        calls_as_text = chat.rewrites_calls(request.messages)
         if calls_as_text:
             if not self.tool_calls_as_text:
                 log.warning("the chat template does not render assistant tool_calls: the proxy writes them into the "
