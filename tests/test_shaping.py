@@ -159,6 +159,24 @@ def test_only_training_envs_are_shaped():
     assert "distance_shaping" not in load_recipe("tiny").env.env_kwargs(shaping_gamma=0.99)
 
 
+def test_shaping_gamma_key_replaces_the_learners_discount_and_standing_still_then_earns_nothing():
+    cfg = load_recipe("tiny", ["env.distance_shaping=0.1", "env.shaping_gamma=1.0", "gae.gamma_step=0.9"])
+    kwargs = cfg.env.env_kwargs(shaping_gamma=cfg.gae.gamma_step)
+    assert kwargs["shaping_gamma"] == 1.0
+    for gamma, expected in ((1.0, 0.0), (0.9, (1 - 0.9) * 0.1 * 3)):  # Phi = -0.1 * 3 cells; F = (gamma - 1) * Phi
+        env = make_env("babyai/easy_goto", distance_shaping=0.1, shaping_gamma=gamma)
+        env.reset(seed=5)
+        face_from_distance(env, red_ball(env), 3)
+        env.step("ACTION: turn left")  # a turn changes no distance (the ball is now 3 cells away, to the side)
+        _, reward, *_ = env.step("ACTION: turn right")
+        assert reward == pytest.approx(expected)
+
+
+def test_shaping_gamma_outside_the_unit_interval_is_one_line():
+    with pytest.raises(ConfigError, match="env.shaping_gamma"):
+        load_recipe("tiny", ["env.shaping_gamma=1.5"])
+
+
 def test_a_mission_without_a_distance_is_refused():
     env = make_env("babyai/goto_local")
     env.reset(seed=0)

@@ -122,20 +122,26 @@ class EnvConfig:
     restart_attempts: int = _f(3, "rebuilds in a row of a faulty env (raised, hung, dead worker) before the run stops")
     distance_shaping: float = _f(
         0.0, "training envs only, BabyAI tasks: beta of potential-based shaping (Ng et al. 1999), each step adds "
-        "gae.gamma_step*Phi(s')-Phi(s) with Phi = -beta * the grid distance the mission still needs the agent to walk "
+        "gamma*Phi(s')-Phi(s) (gamma: env.shaping_gamma) with Phi = -beta * the grid distance the mission still needs the agent to walk "
         "(through its stages: key before locked door, object before its destination; reward per cell; 0: off)")
+    shaping_gamma: Optional[float] = _f(
+        None, "the gamma of distance_shaping's term gamma*Phi(s')-Phi(s) (None: gae.gamma_step, which leaves the "
+        "optimal policies unchanged; 1.0: the plain change of distance, which pays nothing for standing still, "
+        "where gamma<1 pays (1-gamma)*beta*distance per step that changes nothing)")
 
     def env_kwargs(self, *, shaping_gamma: Optional[float] = None) -> dict[str, Any]:
         """Keyword arguments of :func:`verlog.envs.make_env` for this config (defaults left out).
 
         Args:
             shaping_gamma: for the training envs, the learner's step discount (``gae.gamma_step``):
-                given, and with ``distance_shaping`` on, the shaping's arguments are included;
-                otherwise (evaluation) they are not, so evaluation returns are the task's own.
+                given, and with ``distance_shaping`` on, the shaping's arguments are included (with
+                ``self.shaping_gamma`` in place of this one when that is set); otherwise (evaluation)
+                they are not, so evaluation returns are the task's own.
         """
         kwargs: dict[str, Any] = {**self.kwargs, "format_penalty": self.format_penalty}
         if shaping_gamma is not None and self.distance_shaping:
-            kwargs.update(distance_shaping=self.distance_shaping, shaping_gamma=shaping_gamma)
+            gamma = shaping_gamma if self.shaping_gamma is None else self.shaping_gamma
+            kwargs.update(distance_shaping=self.distance_shaping, shaping_gamma=gamma)
         if self.max_steps is not None:
             kwargs["max_steps"] = self.max_steps
         if self.task_weights and self.task in MIXTURE_TASKS:  # an evaluation of one of its tasks has no weights

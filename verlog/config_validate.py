@@ -65,7 +65,7 @@ _SEEDS = ("seed", "eval.seed", "model.tiny.seed")
 SEED_MAX = 2**32 - 1
 INT_MAX = 2**63 - 1
 _UNIT_INTERVAL = ("gae.gamma_step", "gae.lam_step", "gae.gamma_token", "gae.lam_token", "rollout.top_p",
-                  "algo.gigpo_gamma", "algo.reinforce_pp_gamma", "agent.credit_gamma")
+                  "algo.gigpo_gamma", "algo.reinforce_pp_gamma", "agent.credit_gamma", "env.shaping_gamma")
 
 
 def _get(cfg: Any, key: str) -> Any:
@@ -104,7 +104,7 @@ def _table_problem(cfg: Any) -> str | None:
         if _get(cfg, key) < 0:
             return f"{key}: expected a non-negative number, got {_get(cfg, key)!r}"
     for key in _UNIT_INTERVAL:
-        if not 0.0 <= _get(cfg, key) <= 1.0:
+        if _get(cfg, key) is not None and not 0.0 <= _get(cfg, key) <= 1.0:
             return f"{key}: expected a number in [0, 1], got {_get(cfg, key)!r}"
     for key in _POSITIVE_OR_NONE:
         if _get(cfg, key) is not None and _get(cfg, key) <= 0:
@@ -186,7 +186,7 @@ ENV_ARGUMENTS_OF_KEYS = {"format_penalty": "env.format_penalty", "max_steps": "e
                          "instruction_style": "env.instruction_style", "text_style": "env.text_style",
                          "task_weights": "env.task_weights", "distance_shaping": "env.distance_shaping",
                          "observation_mode": "env.observation_mode", "image_tile_px": "env.image_tile_px",
-                         "shaping_gamma": "gae.gamma_step"}
+                         "shaping_gamma": "env.shaping_gamma"}
 
 
 def _env_kwargs_problem(kwargs: Any) -> str | None:
