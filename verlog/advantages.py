@@ -47,7 +47,7 @@ class Advantages:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def compute_advantages(batch: TurnBatch, scores: Scores, cfg: TrainConfig, *,
+def compute_advantages(batch: TurnBatch, scores: Scores, cfg: TrainConfig, *, iteration: int = 1,
                        reduce_fn: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Advantages:
     """Token advantages of ``cfg.algo.algorithm`` for a scored batch.
 
@@ -55,6 +55,8 @@ def compute_advantages(batch: TurnBatch, scores: Scores, cfg: TrainConfig, *,
         batch: the collected batch.
         scores: its :class:`~verlog.scoring.Scores` (values and bootstrap values for PPO).
         cfg: the run's config (``gae``, ``ppo.kl_*``, ``algo``).
+        iteration: the iteration the batch trains (1-based): picks the step discount of
+            ``gae.gamma_step_schedule``.
         reduce_fn: sums a tensor over data-parallel ranks, so that whitening uses the global batch's
             statistics (None: this rank alone).
 
@@ -71,7 +73,7 @@ def compute_advantages(batch: TurnBatch, scores: Scores, cfg: TrainConfig, *,
     rewards = token_rewards(batch.rewards, mask, kl, cfg.ppo.kl_coef, turn_mask=batch.turns)
     g = cfg.gae
     adv, ret = padded_dual_discount_gae(rewards, scores.values, mask, batch.terminated, batch.truncated,
-                                        scores.bootstrap_values, batch.turns, g.gamma_step, g.lam_step,
+                                        scores.bootstrap_values, batch.turns, g.gamma_step_at(iteration), g.lam_step,
                                         g.gamma_token, g.lam_token)
     if g.whiten_advantages:
         adv = masked_whiten(adv, mask, reduce_fn=reduce_fn)

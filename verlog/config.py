@@ -251,10 +251,20 @@ class GAEConfig:
     """Dual-discount GAE: separate discounts and lambdas across steps and across the tokens of a turn."""
 
     gamma_step: float = _f(0.99, "discount across environment steps")
+    gamma_step_schedule: Dict[int, float] = _f(
+        {}, "later step discounts: iteration -> the gamma_step in force from that iteration on (1-based, as "
+        "metrics.jsonl counts), e.g. {80: 0.8}; {}: gamma_step throughout. A shorter discount late in a run makes a "
+        "step that changes nothing dearer, so near-tied actions separate and greedy decoding stops looping")
     lam_step: float = _f(0.95, "GAE lambda across environment steps")
     gamma_token: float = _f(1.0, "discount across the tokens of a turn")
     lam_token: float = _f(1.0, "GAE lambda across the tokens of a turn")
     whiten_advantages: bool = _f(True, "whiten advantages over the valid tokens of the batch")
+
+    def gamma_step_at(self, iteration: int) -> float:
+        """The step discount in force at ``iteration`` (1-based): ``gamma_step``, or the value of the latest
+        ``gamma_step_schedule`` entry at or before ``iteration``."""
+        started = [it for it in self.gamma_step_schedule if it <= iteration]
+        return self.gamma_step_schedule[max(started)] if started else self.gamma_step
 
 
 @dataclass

@@ -163,12 +163,29 @@ def _cross_field_problem(cfg: Any) -> str | None:
         return problem
     if cfg.memory.reply_prefix == "":
         return "memory.reply_prefix: expected a non-empty text or null (off), got ''"
+    if problem := _gamma_schedule_problem(cfg):
+        return problem
     if cfg.ppo.dual_clip is not None and cfg.ppo.dual_clip <= 1.0:
         return f"ppo.dual_clip: expected a number > 1 or null, got {cfg.ppo.dual_clip}"
     turns = rollout.turns_per_env * cfg.env.num_envs
     if turns % cfg.ppo.minibatches:
         return (f"ppo.minibatches: the batch of {turns} turns (rollout.turns_per_env x env.num_envs) "
                 f"is not divisible by {cfg.ppo.minibatches}")
+    return None
+
+
+def _gamma_schedule_problem(cfg: Any) -> str | None:
+    """``gae.gamma_step_schedule``: iterations >= 1, discounts in [0, 1]; with distance shaping, the envs'
+    shaping discount must be fixed (``env.shaping_gamma``): the envs are built once and cannot follow it."""
+    schedule = cfg.gae.gamma_step_schedule
+    for it, gamma in schedule.items():
+        if isinstance(it, bool) or not isinstance(it, int) or it < 1:
+            return f"gae.gamma_step_schedule: expected iterations >= 1 as keys, got {it!r}"
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
+            return f"gae.gamma_step_schedule: expected discounts in [0, 1], got {gamma!r} at iteration {it}"
+    if schedule and cfg.env.distance_shaping and cfg.env.shaping_gamma is None:
+        return ("gae.gamma_step_schedule: with env.distance_shaping, set env.shaping_gamma (the envs' shaping "
+                "discount is fixed when they are built and cannot follow the schedule)")
     return None
 
 

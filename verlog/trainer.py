@@ -240,7 +240,7 @@ class Trainer:
                 rows = models.turn_rows(batch, cfg.ppo.micro_batch_size)
                 scores = score_batch(batch, rows, actor=models.actor, critic=models.critic,
                                      reference=models.reference, micro_batch_size=cfg.ppo.micro_batch_size)
-                adv = compute_advantages(batch, scores, cfg, reduce_fn=D.all_reduce_sum)
+                adv = compute_advantages(batch, scores, cfg, iteration=it + 1, reduce_fn=D.all_reduce_sum)
                 algo_metrics.update(adv.metrics)
                 if staleness:  # tokens of an older policy: the decoupled objective's weights
                     weighted, stale_metrics = decoupled_advantages(
@@ -271,6 +271,8 @@ class Trainer:
             old_logprobs=scores.old_logprobs if scores else None, values=scores.values if scores else None,
             returns=adv.returns if adv else None, update=upd, times=times)
         metrics.update(algo_metrics)
+        if cfg.gae.gamma_step_schedule:
+            metrics["gae/gamma_step"] = cfg.gae.gamma_step_at(it + 1)
         if cfg.rollout.max_staleness:
             metrics["rollout/staleness"] = float(staleness)
         for message in stats.env_fault_messages:
