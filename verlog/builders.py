@@ -149,7 +149,8 @@ def run_format_warmup(cfg: TrainConfig, tokenizer: Any, make_memory: Callable[[]
                                        env_kwargs=cfg.env.env_kwargs())
         losses = format_warmup(model, lambda s: tokenizer.encode(s, add_special_tokens=False),
                                int(tokenizer.eos_token_id), int(tokenizer.pad_token_id), examples, steps=fw.steps,
-                               batch_size=fw.batch_size, lr=fw.lr, seed=cfg.seed, progress=cfg.logging.progress)
+                               batch_size=fw.batch_size, lr=fw.lr, seed=cfg.seed, progress=cfg.logging.progress,
+                               prompt_lm_weight=fw.prompt_lm_weight)
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp)

@@ -333,6 +333,10 @@ class FormatWarmupConfig:
     batch_size: int = _f(32, "prompts per step")
     lr: float = _f(1e-3, "learning rate")
     episodes: int = _f(32, "random-play episodes whose prompts are used")
+    prompt_lm_weight: float = _f(
+        0.0, "weight of a next-token loss on the prompt's own tokens (instruction and observations) added to the "
+        "reply loss: self-supervised reading of the env's text, so that the reply position does not learn to ignore "
+        "the observation (random replies alone teach it to); 0: reply tokens only")
 
 
 @dataclass

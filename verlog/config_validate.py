@@ -56,7 +56,7 @@ _NON_NEGATIVE = (
     "eval.every", "ppo.entropy_coef", "ppo.kl_coef", "ppo.clip_low", "ppo.clip_high", "rollout.temperature",
     "ppo.weight_decay", "ppo.value_coef", "seed", "eval.seed", "model.tiny.seed", "format_warmup.episodes",
     "rollout.vllm_cpu_kv_cache_gb", "model.value_head_init_std", "algo.gigpo_omega", "algo.overlong_penalty_factor",
-    "env.distance_shaping", "memory.max_images", "agent.tool_latency_s",
+    "env.distance_shaping", "memory.max_images", "agent.tool_latency_s", "format_warmup.prompt_lm_weight",
 )
 #: Optional keys that must be positive when set.
 _POSITIVE_OR_NONE = ("ppo.target_kl", "ppo.value_clip", "env.step_timeout_s", "env.max_steps")

@@ -189,7 +189,7 @@ def policy_outputs(model: Callable, rows: Rows, *, with_entropy: bool = False,
         kwargs["logits_to_keep"] = torch.arange(lo, hi, device=dev)
     else:
         lo = 0
-    logits = _forward(model, rows, dev, **kwargs).logits
+    logits = forward_rows(model, rows, dev, **kwargs).logits
     resp_logits = gather_response(logits, rows, offset=lo).float()
     if temperature != 1.0:
         resp_logits = resp_logits / temperature
@@ -201,12 +201,12 @@ def policy_outputs(model: Callable, rows: Rows, *, with_entropy: bool = False,
 def critic_outputs(critic: Callable, rows: Rows) -> torch.Tensor:
     """Values V_k [M, R] float32 of the response positions under a token-classification critic."""
     dev = next(iter(_parameters(critic))).device
-    out = _forward(critic, rows, dev).logits
+    out = forward_rows(critic, rows, dev).logits
     return gather_response(out.squeeze(-1).float(), rows)
 
 
-def _forward(model: Callable, rows: Rows, dev: torch.device, **kwargs: Any) -> Any:
-    """``model``'s forward over ``rows``: from their frozen hidden states when ``model`` shares them
+def forward_rows(model: Callable, rows: Rows, dev: torch.device, **kwargs: Any) -> Any:
+    """``model``'s forward over ``rows`` (every position's output; ``kwargs`` go to the model): from their frozen hidden states when ``model`` shares them
     (:func:`verlog.frozen_base.forward`), from the token ids otherwise; the rows' images go with them."""
     if rows.images is not None:
         kwargs.update(vision_kwargs(rows.images, dev, next(iter(_parameters(model))).dtype))
