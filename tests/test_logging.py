@@ -3,6 +3,8 @@
 import json
 import math
 
+import pytest
+
 from verlog.logging import MetricLogger, read_metrics
 from verlog.plots import plot_run
 
@@ -152,3 +154,24 @@ def test_curves_have_units_a_named_band_a_titled_task_and_one_point_series(tmp_p
         assert not ev.get_lines() and "not logged" in ev.texts[0].get_text()
     finally:
         plt.close(fig)
+
+
+def test_a_mixture_run_gets_per_task_curves_against_turns_and_training_time(tmp_path):
+    from verlog.plots import task_curves_figure, task_names
+
+    rows = [{"iteration": i, "turns": 512 * i, "phase": "ppo", "time/rollout": 2.0, "time/update": 10.0,
+             "task/babyai/goto/success_recent100": 0.1 * i,
+             **({"task/babyai/open/success_recent100": 0.05 * i} if i > 1 else {})} for i in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert task_names(rows) == ["babyai/goto", "babyai/open"]
+    curves, per_task = plot_run(tmp_path)
+    assert per_task.name == "curves_tasks.png" and per_task.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    fig = task_curves_figure(rows, "mix")
+    by_turns, by_time = fig.axes
+    goto_turns, open_turns = by_turns.get_lines()
+    assert list(goto_turns.get_xdata()) == [512, 1024, 1536] and list(open_turns.get_xdata()) == [1024, 1536]
+    assert [round(x, 6) for x in by_time.get_lines()[0].get_xdata()] == [0.2, 0.4, 0.6]  # 12 s an iteration, minutes
+    assert [t.get_text() for t in by_turns.get_legend().get_texts()] == ["babyai/goto", "babyai/open"]
+    with pytest.raises(ValueError, match="no task/"):
+        task_curves_figure([{"iteration": 1, "turns": 1}], "plain")
+    assert curves.name == "curves.png"

@@ -79,8 +79,61 @@ def curves_figure(rows: list[dict[str, Any]], title: str) -> Figure:
     return fig
 
 
+#: Per-task metrics of a task mixture: ``task/<task>/success_recent100`` (see :mod:`verlog.metrics`).
+_TASK_PREFIX, _TASK_SUFFIX = "task/", "/success_recent100"
+#: The phases whose seconds ``metrics.jsonl`` logs per iteration (``time/<phase>``); their running sum is
+#: the training time of the wall-clock axis (evaluations and the warm-ups are not in it).
+_TIME_KEYS = ("time/rollout", "time/scoring", "time/update", "time/sync", "time/engine_sleep")
+
+
+def task_names(rows: list[dict[str, Any]]) -> list[str]:
+    """The tasks with per-task success in ``rows`` (a task mixture's run), in first-logged order."""
+    names: dict[str, None] = {}
+    for r in rows:
+        for key in r:
+            if key.startswith(_TASK_PREFIX) and key.endswith(_TASK_SUFFIX):
+                names.setdefault(key[len(_TASK_PREFIX): -len(_TASK_SUFFIX)], None)
+    return list(names)
+
+
+def task_curves_figure(rows: list[dict[str, Any]], title: str) -> Figure:
+    """Per-task training success (each task's last 100 finished episodes) against environment turns
+    and against seconds of training phases (the running sum of the logged ``time/*`` phases), for the
+    rows of a task mixture's run.
+
+    Raises:
+        ValueError: ``rows`` hold no per-task success.
+    """
+    tasks = task_names(rows)
+    if not tasks:
+        raise ValueError("task_curves_figure: no task/<task>/success_recent100 in these rows")
+    seconds, elapsed = [], 0.0
+    for r in rows:
+        elapsed += sum(float(r.get(k) or 0.0) for k in _TIME_KEYS)
+        seconds.append(elapsed)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
+    for task in tasks:
+        key = f"{_TASK_PREFIX}{task}{_TASK_SUFFIX}"
+        pts = [(r["turns"], t, r[key]) for r, t in zip(rows, seconds) if r.get(key) is not None and not _nan(r[key])]
+        if not pts:
+            continue
+        turns, secs, ys = zip(*pts)
+        axes[0].plot(turns, ys, lw=1.2, label=task)
+        axes[1].plot([x / 60 for x in secs], ys, lw=1.2, label=task)
+    axes[0].set_xlabel("environment turns")
+    axes[1].set_xlabel("training time (minutes of rollout, scoring and update; evaluations not included)")
+    axes[0].set_ylabel("training success (fraction of each task's last 100 episodes)", fontsize=9)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="best")
+    fig.suptitle(title + " — per task", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
 def plot_run(run_dir: Path, out: Path | None = None) -> list[Path]:
-    """Plot the standard panels against environment turns; returns the PNG paths written.
+    """Plot the standard panels against environment turns, and for a task mixture's run also
+    :func:`task_curves_figure` (``curves_tasks.png`` beside ``out``); returns the PNG paths written.
 
     Raises:
         FileNotFoundError: the run has no ``metrics.jsonl``.
@@ -90,7 +143,14 @@ def plot_run(run_dir: Path, out: Path | None = None) -> list[Path]:
     fig = curves_figure(rows, run_title(run_dir))
     fig.savefig(out, dpi=90)
     plt.close(fig)
-    return [out]
+    written = [out]
+    if task_names(rows):
+        per_task = out.with_name(out.stem + "_tasks" + out.suffix)
+        fig = task_curves_figure(rows, run_title(run_dir))
+        fig.savefig(per_task, dpi=90)
+        plt.close(fig)
+        written.append(per_task)
+    return written
 
 
 def _nan(x: object) -> bool:
