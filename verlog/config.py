@@ -122,8 +122,9 @@ class EnvConfig:
     restart_attempts: int = _f(3, "rebuilds in a row of a faulty env (raised, hung, dead worker) before the run stops")
     distance_shaping: float = _f(
         0.0, "training envs only, BabyAI tasks: beta of potential-based shaping (Ng et al. 1999), each step adds "
-        "gamma*Phi(s')-Phi(s) (gamma: env.shaping_gamma) with Phi = -beta * the grid distance the mission still needs the agent to walk "
-        "(through its stages: key before locked door, object before its destination; reward per cell; 0: off)")
+        "gamma*Phi(s')-Phi(s) (gamma: env.shaping_gamma) with Phi = -beta * the grid distance the mission still "
+        "needs the agent to walk (through its stages: key before locked door, object before its destination; "
+        "reward per cell; 0: off)")
     shaping_gamma: Optional[float] = _f(
         None, "the gamma of distance_shaping's term gamma*Phi(s')-Phi(s) (None: gae.gamma_step, which leaves the "
         "optimal policies unchanged; 1.0: the plain change of distance, which pays nothing for standing still, "

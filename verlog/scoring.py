@@ -206,8 +206,9 @@ def critic_outputs(critic: Callable, rows: Rows) -> torch.Tensor:
 
 
 def forward_rows(model: Callable, rows: Rows, dev: torch.device, **kwargs: Any) -> Any:
-    """``model``'s forward over ``rows`` (every position's output; ``kwargs`` go to the model): from their frozen hidden states when ``model`` shares them
-    (:func:`verlog.frozen_base.forward`), from the token ids otherwise; the rows' images go with them."""
+    """``model``'s forward over ``rows`` on ``dev`` (every position's output; ``kwargs`` go to the model):
+    from their frozen hidden states when ``model`` shares them (:func:`verlog.frozen_base.forward`), from
+    the token ids otherwise; the rows' images go with them."""
     if rows.images is not None:
         kwargs.update(vision_kwargs(rows.images, dev, next(iter(_parameters(model))).dtype))
     return frozen_base.forward(model, rows.input_ids.to(dev), rows.attention_mask.to(dev), hidden=rows.hidden,

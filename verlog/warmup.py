@@ -125,13 +125,13 @@ def reply_and_prompt_nll(model: torch.nn.Module, rows: Rows) -> tuple[torch.Tens
     Returns:
         ``(reply_nll, prompt_nll)``, scalar tensors that carry gradients.
     """
-    dev = rows.input_ids.device
+    dev = next(model.parameters()).device
     logits = forward_rows(model, rows, dev).logits
-    targets = rows.input_ids[:, 1:]
-    logprobs = logprobs_from_logits(logits[:, :-1].float(), targets)  # [M, S-1]
-    position = torch.arange(1, rows.input_ids.shape[1], device=dev).unsqueeze(0)
-    real = rows.attention_mask[:, 1:].bool()
-    in_reply = position >= rows.prompt_lengths.unsqueeze(1)
+    ids = rows.input_ids.to(dev)
+    logprobs = logprobs_from_logits(logits[:, :-1].float(), ids[:, 1:])  # [M, S-1]
+    position = torch.arange(1, ids.shape[1], device=dev).unsqueeze(0)
+    real = rows.attention_mask[:, 1:].to(dev).bool()
+    in_reply = position >= rows.prompt_lengths.to(dev).unsqueeze(1)
     reply, prompt = real & in_reply, real & ~in_reply
     return (-(logprobs * reply).sum() / reply.sum().clamp(min=1),
             -(logprobs * prompt).sum() / prompt.sum().clamp(min=1))
