@@ -30,6 +30,21 @@ def phase_label(phase: str) -> str:
     return PHASES.get(phase, phase.upper())
 
 
+_TASK_PREFIX, _RECENT_SUFFIX = "task/", "/success_recent100"
+
+
+def recent_success_key(task: str) -> str:
+    """The metrics key of ``task``'s success over its own last 100 finished episodes (a task mixture)."""
+    return f"{_TASK_PREFIX}{task}{_RECENT_SUFFIX}"
+
+
+def task_of_recent_success_key(key: str) -> str | None:
+    """The task that a :func:`recent_success_key` names, or None for any other key."""
+    if key.startswith(_TASK_PREFIX) and key.endswith(_RECENT_SUFFIX) and len(key) > len(_TASK_PREFIX + _RECENT_SUFFIX):
+        return key[len(_TASK_PREFIX): -len(_RECENT_SUFFIX)]
+    return None
+
+
 def progress_postfix(metrics: dict[str, Any]) -> dict[str, str]:
     """The progress bar's figures from one metrics row (keys absent or None are left out).
 
@@ -49,8 +64,9 @@ def progress_postfix(metrics: dict[str, Any]) -> dict[str, str]:
     if "success" in postfix and episodes is not None:
         postfix["success"] += f" ({int(episodes)} eps)"
     for key, value in metrics.items():
-        if key.startswith("task/") and key.endswith("/success_recent100") and value is not None:
-            postfix[key.split("/")[-2]] = f"{value:.2f}"
+        task = task_of_recent_success_key(key)
+        if task is not None and value is not None:
+            postfix[task.split("/")[-1]] = f"{value:.2f}"
     return postfix
 
 

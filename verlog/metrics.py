@@ -38,7 +38,7 @@ import torch
 from verlog.algos.stats import explained_variance
 from verlog.batch import TurnBatch
 from verlog.config import TrainConfig, to_dict
-from verlog.logging import MetricLogger
+from verlog.logging import MetricLogger, recent_success_key
 from verlog.rollout.records import CollectStats, EpisodeRecord
 
 __all__ = ["PhaseTimes", "SuccessWindows", "iteration_metrics", "make_logger", "mean"]
@@ -115,7 +115,7 @@ def task_metrics(episodes: list[EpisodeRecord], windows: SuccessWindows) -> dict
         done = [float(e.success) for e in episodes if e.task == task]
         out[f"task/{task}/episodes"] = len(done)
         out[f"task/{task}/success"] = mean(done)
-        out[f"task/{task}/success_recent100"] = mean(list(window))
+        out[recent_success_key(task)] = mean(list(window))
     return out
 
 

@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from verlog.logging import PHASES, read_metrics  # noqa: E402
+from verlog.logging import PHASES, read_metrics, recent_success_key, task_of_recent_success_key  # noqa: E402
 
 #: (metric key, panel title, y-axis label with its unit)
 PANELS = (
@@ -79,8 +79,6 @@ def curves_figure(rows: list[dict[str, Any]], title: str) -> Figure:
     return fig
 
 
-#: Per-task metrics of a task mixture: ``task/<task>/success_recent100`` (see :mod:`verlog.metrics`).
-_TASK_PREFIX, _TASK_SUFFIX = "task/", "/success_recent100"
 #: The phases whose seconds ``metrics.jsonl`` logs per iteration (``time/<phase>``); their running sum is
 #: the training time of the wall-clock axis (evaluations and the warm-ups are not in it).
 _TIME_KEYS = ("time/rollout", "time/scoring", "time/update", "time/sync", "time/engine_sleep")
@@ -91,8 +89,9 @@ def task_names(rows: list[dict[str, Any]]) -> list[str]:
     names: dict[str, None] = {}
     for r in rows:
         for key in r:
-            if key.startswith(_TASK_PREFIX) and key.endswith(_TASK_SUFFIX):
-                names.setdefault(key[len(_TASK_PREFIX): -len(_TASK_SUFFIX)], None)
+            task = task_of_recent_success_key(key)
+            if task is not None:
+                names.setdefault(task, None)
     return list(names)
 
 
@@ -113,7 +112,7 @@ def task_curves_figure(rows: list[dict[str, Any]], title: str) -> Figure:
         seconds.append(elapsed)
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
     for task in tasks:
-        key = f"{_TASK_PREFIX}{task}{_TASK_SUFFIX}"
+        key = recent_success_key(task)
         pts = [(r["turns"], t, r[key]) for r, t in zip(rows, seconds) if r.get(key) is not None and not _nan(r[key])]
         if not pts:
             continue
