@@ -221,10 +221,15 @@ def test_two_iterations_on_balrog_mix_log_and_evaluate_per_task(tmp_path):
             "rollout.turns_per_env=8", "ppo.minibatches=2", "ppo.micro_batch_size=8", "format_warmup.steps=10",
             "format_warmup.episodes=2", "model.tiny.corpus_episodes=10", "eval.episodes=10", "eval.num_envs=5",
             "eval.baseline=false", "env.max_steps=6", "logging.progress=false", "checkpoint_every=2",
-            "env.task=babyai/balrog_mix", f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=mix"]
+            "env.task=babyai/balrog_mix", f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=mix",
+            # the balrog_babyai_cpu recipe's own settings, and a discount that changes at iteration 2
+            "env.distance_shaping=0.05", "env.shaping_gamma=1.0", "ppo.kl_coef=0.05", 'memory.reply_prefix="ACTION: "',
+            "gae.gamma_step=0.95", "gae.gamma_step_schedule={2: 0.8}"]
     train_cli("tiny", *args)
     run = tmp_path / "mix"
     rows = read_metrics(run / "metrics.jsonl")
+    assert [row["gae/gamma_step"] for row in rows] == [0.95, 0.8]
+    assert (run / "curves_tasks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     tasks = {key.split("/", 1)[1].rsplit("/", 1)[0] for row in rows for key in row if key.startswith("task/")}
     assert tasks and tasks <= set(MIXTURE_TASKS["babyai/balrog_mix"])
     assert sum(row[f"task/{t}/episodes"] for row in rows for t in tasks if f"task/{t}/episodes" in row) \
