@@ -79,9 +79,9 @@ def curves_figure(rows: list[dict[str, Any]], title: str) -> Figure:
     return fig
 
 
-#: The phases whose seconds ``metrics.jsonl`` logs per iteration (``time/<phase>``); their running sum is
-#: the training time of the wall-clock axis (evaluations and the warm-ups are not in it).
-_TIME_KEYS = ("time/rollout", "time/scoring", "time/update", "time/sync", "time/engine_sleep")
+#: ``metrics.jsonl`` logs each timed phase of an iteration as ``time/<phase>`` (seconds); their running
+#: sum is the training time of the wall-clock axis (evaluations and the warm-ups are not in it).
+_TIME_PREFIX = "time/"
 
 
 def task_names(rows: list[dict[str, Any]]) -> list[str]:
@@ -108,7 +108,7 @@ def task_curves_figure(rows: list[dict[str, Any]], title: str) -> Figure:
         raise ValueError("task_curves_figure: no task/<task>/success_recent100 in these rows")
     seconds, elapsed = [], 0.0
     for r in rows:
-        elapsed += sum(float(r.get(k) or 0.0) for k in _TIME_KEYS)
+        elapsed += sum(float(v or 0.0) for k, v in r.items() if k.startswith(_TIME_PREFIX))
         seconds.append(elapsed)
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
     for task in tasks:
@@ -139,13 +139,14 @@ def plot_run(run_dir: Path, out: Path | None = None) -> list[Path]:
     """
     rows = read_metrics(run_dir / "metrics.jsonl")
     out = out or run_dir / "curves.png"
-    fig = curves_figure(rows, run_title(run_dir))
+    title = run_title(run_dir)
+    fig = curves_figure(rows, title)
     fig.savefig(out, dpi=90)
     plt.close(fig)
     written = [out]
     if task_names(rows):
         per_task = out.with_name(out.stem + "_tasks" + out.suffix)
-        fig = task_curves_figure(rows, run_title(run_dir))
+        fig = task_curves_figure(rows, title)
         fig.savefig(per_task, dpi=90)
         plt.close(fig)
         written.append(per_task)

@@ -16,12 +16,12 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from tqdm import tqdm
 
+from verlog.algos.logprobs import logprobs_from_logits
 from verlog.catalog import REPLY_PREFIX
 from verlog.envs import make_env
 from verlog.logging import phase_label
 from verlog.memory import completion_of
 from verlog.rollout.runner import EpisodeSpec, run_episodes
-from verlog.algos.logprobs import logprobs_from_logits
 from verlog.scoring import Rows, forward_rows, pack_pairs, policy_outputs
 from verlog.vision import VisionInput
 
