@@ -96,12 +96,13 @@ def brief(model_dir, tok):
     return model, [p for p, _ in data[::2]]
 
 
-def teacher_forced_logprobs(model, prompt: list[int], response: list[int]) -> torch.Tensor:
-    """log pi(response_k | prompt, response_<k) from one plain forward, [L] float32."""
+def teacher_forced_logprobs(model, prompt: list[int], response: list[int], temperature: float = 1.0) -> torch.Tensor:
+    """log pi(response_k | prompt, response_<k) under softmax(logits / temperature), from one plain forward,
+    [L] float32."""
     ids = torch.tensor([prompt + response])
     with torch.no_grad():
         logits = causal_lm_logits(model, ids, torch.ones_like(ids))[0].float()
-    logp = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1)
+    logp = torch.log_softmax(logits[len(prompt) - 1:-1] / temperature, dim=-1)
     return logp.gather(1, torch.tensor(response)[:, None])[:, 0]
 
 
@@ -191,11 +192,17 @@ def test_hf_stops_at_any_eos_of_tokenizer_and_generation_config(hf, prompts, tok
      SamplingParams(max_tokens=16, temperature=1.7, seed=4)],
     ids=["greedy", "warped", "hot"],
 )
-def test_hf_logprobs_equal_teacher_forced_raw_distribution(hf, prompts, params):
+def test_hf_logprobs_equal_teacher_forced_tempered_distribution(hf, prompts, params):
+    """Under softmax(logits / temperature) (1 when greedy), before top-k/top-p; at temperature 1 the
+    raw distribution's, which the 'warped' and 'hot' cases tell apart."""
     gens = hf.generate(prompts, params)
+    temperature = 1.0 if params.is_greedy else params.temperature
     for prompt, gen in zip(prompts, gens):
-        expected = teacher_forced_logprobs(hf.model, prompt, gen.token_ids)
+        expected = teacher_forced_logprobs(hf.model, prompt, gen.token_ids, temperature)
         torch.testing.assert_close(torch.tensor(gen.logprobs), expected, atol=1e-4, rtol=0)
+        if temperature != 1.0:
+            raw = teacher_forced_logprobs(hf.model, prompt, gen.token_ids)
+            assert not torch.allclose(torch.tensor(gen.logprobs), raw, atol=1e-3)
 
 
 def test_hf_sampling_honours_seeds_and_leaves_global_rng_alone(hf, model_dir, prompts):
@@ -243,7 +250,7 @@ def test_hf_temperature_shapes_the_sampled_distribution(hf, prompts, temperature
         return mean.item(), ((p * (raw - mean) ** 2).sum() / n).sqrt().item()
 
     gens = hf.generate([prompts[0]] * n, SamplingParams(max_tokens=1, temperature=temperature, seed=11))
-    sample_mean = sum(g.logprobs[0] for g in gens) / n
+    sample_mean = sum(float(raw[g.token_ids[0]]) for g in gens) / n
     mean, se = moments(temperature)
     assert abs(sample_mean - mean) < 4 * se
     for other in {0.5, 1.0, 2.0} - {temperature}:

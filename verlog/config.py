@@ -35,6 +35,13 @@ def _f(default: Any, doc: str, **kw: Any) -> Any:
     return field(default=default, metadata={"doc": doc}, **kw)
 
 
+def scheduled(value: float, schedule: Dict[int, float], iteration: int) -> float:
+    """The value in force at ``iteration`` (1-based): ``value``, or that of the latest ``schedule`` entry at or
+    before ``iteration``."""
+    started = [it for it in schedule if it <= iteration]
+    return schedule[max(started)] if started else value
+
+
 def _sub(cls: type, doc: str) -> Any:
     return field(default_factory=cls, metadata={"doc": doc})
 
@@ -227,7 +234,13 @@ class RolloutConfig:
     engine: str = _f("hf", "rollout backend: hf (transformers) or vllm")
     turns_per_env: int = _f(8, "T: turns collected per environment per iteration (batch = T x N turns)")
     max_response_tokens: int = _f(32, "most tokens per reply")
-    temperature: float = _f(1.0, "sampling temperature")
+    temperature: float = _f(1.0, "sampling temperature; the policy trained is the one sampled, softmax(logits / "
+                                 "temperature): old, new and reference logprobs are all taken at it (0: greedy "
+                                 "rollouts, scored at 1)")
+    temperature_schedule: Dict[int, float] = _f(
+        {}, "later sampling temperatures: iteration -> the temperature in force from that iteration on (1-based, as "
+        "metrics.jsonl counts), e.g. {200: 0.5}; {}: temperature throughout. Lowering it late trains the policy "
+        "that greedy decoding approaches, so loops that sampling escaped by chance cost return")
     top_p: float = _f(1.0, "nucleus sampling mass")
     top_k: int = _f(-1, "top-k sampling (-1: off)")
     vllm_gpu_memory_utilization: float = _f(0.5, "vLLM: fraction of GPU memory for weights + KV cache")
@@ -245,6 +258,16 @@ class RolloutConfig:
                              "requests paused and drained around weight loads; agent.loop tools: the conversations' "
                              "turns are requests; text envs: each turn's prompts are requests (lock-step as before)")
     server_max_batch: int = _f(64, "rollout.server: most prompts per engine call")
+
+    def temperature_at(self, iteration: int) -> float:
+        """The sampling temperature in force at ``iteration`` (1-based): ``temperature``, or the value of the
+        latest ``temperature_schedule`` entry at or before ``iteration``."""
+        return scheduled(self.temperature, self.temperature_schedule, iteration)
+
+    def policy_temperature_at(self, iteration: int) -> float:
+        """The temperature the trained policy's logprobs are taken at in ``iteration``: the sampling
+        temperature, or 1 where that is 0 (greedy rollouts have no tempered distribution)."""
+        return self.temperature_at(iteration) or 1.0
 
 
 @dataclass
@@ -264,8 +287,7 @@ class GAEConfig:
     def gamma_step_at(self, iteration: int) -> float:
         """The step discount in force at ``iteration`` (1-based): ``gamma_step``, or the value of the latest
         ``gamma_step_schedule`` entry at or before ``iteration``."""
-        started = [it for it in self.gamma_step_schedule if it <= iteration]
-        return self.gamma_step_schedule[max(started)] if started else self.gamma_step
+        return scheduled(self.gamma_step, self.gamma_step_schedule, iteration)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from verlog.imports import is_import_path
 
@@ -131,6 +131,11 @@ def _cross_field_problem(cfg: Any) -> str | None:
     if rollout.max_staleness and rollout.vllm_sleep_between_updates:
         return ("rollout.max_staleness: 1 generates during the update, when vLLM's sleep mode has freed the engine; "
                 "set rollout.vllm_sleep_between_updates=false")
+    tempered = rollout.temperature not in (0.0, 1.0) or any(t != 1.0 for t in rollout.temperature_schedule.values())
+    if rollout.max_staleness and rollout.engine == "vllm" and tempered:
+        return ("rollout.max_staleness: the stale-token weights need the engine's logprobs at the sampling "
+                "temperature, and vLLM's are at 1; use rollout.temperature 1 without a temperature_schedule, "
+                "or rollout.engine=hf")
     if rollout.vllm_sleep_between_updates and rollout.engine != "vllm":
         return ("rollout.vllm_sleep_between_updates: needs rollout.engine=vllm "
                 f"(got {rollout.engine!r}, which has no sleep mode)")
@@ -163,7 +168,7 @@ def _cross_field_problem(cfg: Any) -> str | None:
         return problem
     if cfg.memory.reply_prefix == "":
         return "memory.reply_prefix: expected a non-empty text or null (off), got ''"
-    if problem := _gamma_schedule_problem(cfg):
+    if problem := _schedules_problem(cfg):
         return problem
     if cfg.ppo.dual_clip is not None and cfg.ppo.dual_clip <= 1.0:
         return f"ppo.dual_clip: expected a number > 1 or null, got {cfg.ppo.dual_clip}"
@@ -174,19 +179,30 @@ def _cross_field_problem(cfg: Any) -> str | None:
     return None
 
 
-def _gamma_schedule_problem(cfg: Any) -> str | None:
-    """``gae.gamma_step_schedule``: iterations >= 1, discounts in [0, 1]; with distance shaping, the envs'
-    shaping discount must be fixed (``env.shaping_gamma``): the envs are built once and cannot follow it."""
-    schedule = cfg.gae.gamma_step_schedule
-    for it, gamma in schedule.items():
+def _schedule_problem(key: str, schedule: dict, what: str, ok: Callable[[float], bool]) -> str | None:
+    """An ``{iteration: value}`` schedule: iterations >= 1 as keys, values numbers that ``ok`` accepts
+    (``what`` names them in the message)."""
+    for it, value in schedule.items():
         if isinstance(it, bool) or not isinstance(it, int) or it < 1:
-            return f"gae.gamma_step_schedule: expected iterations >= 1 as keys, got {it!r}"
-        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
-            return f"gae.gamma_step_schedule: expected discounts in [0, 1], got {gamma!r} at iteration {it}"
+            return f"{key}: expected iterations >= 1 as keys, got {it!r}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+            return f"{key}: expected {what}, got {value!r} at iteration {it}"
+    return None
+
+
+def _schedules_problem(cfg: Any) -> str | None:
+    """``gae.gamma_step_schedule``: discounts in [0, 1]; with distance shaping, the envs' shaping discount
+    must be fixed (``env.shaping_gamma``): the envs are built once and cannot follow it.
+    ``rollout.temperature_schedule``: temperatures > 0 (a tempered distribution to train)."""
+    schedule = cfg.gae.gamma_step_schedule
+    if problem := _schedule_problem("gae.gamma_step_schedule", schedule, "discounts in [0, 1]",
+                                    lambda g: 0.0 <= g <= 1.0):
+        return problem
     if schedule and cfg.env.distance_shaping and cfg.env.shaping_gamma is None:
         return ("gae.gamma_step_schedule: with env.distance_shaping, set env.shaping_gamma (the envs' shaping "
                 "discount is fixed when they are built and cannot follow the schedule)")
-    return None
+    return _schedule_problem("rollout.temperature_schedule", cfg.rollout.temperature_schedule,
+                             "temperatures > 0", lambda t: t > 0.0 and math.isfinite(t))
 
 
 def _memory_type_problem(type_name: Any) -> str | None:

@@ -291,15 +291,18 @@ def turn_rows(batch: TurnBatch) -> Rows:
 
 
 def score_batch(batch: TurnBatch, rows: Rows, *, actor: Any, micro_batch_size: int,
-                reference: Callable[[Rows], torch.Tensor] | None = None, critic: Any = None) -> Scores:
+                reference: Callable[[Rows, float], torch.Tensor] | None = None, critic: Any = None,
+                temperature: float = 1.0) -> Scores:
     """Old logprobs, reference logprobs, values and bootstrap values of a batch, without gradients.
 
     Args:
         batch: the collected batch; ``rows``: :func:`turn_rows` of it.
         actor: the actor (a DeepSpeed engine or a causal LM); put in eval mode.
         micro_batch_size: rows per forward pass.
-        reference: rows -> reference logprobs [M, R], or None when no KL term is used.
+        reference: (rows, temperature) -> reference logprobs [M, R], or None when no KL term is used.
         critic: the critic (put in eval mode), or None for algorithms without one.
+        temperature: the policy's temperature: the actor's and the reference's logprobs are those of
+            softmax(logits / temperature), the distribution the batch was sampled from.
 
     Returns:
         :class:`Scores`; padding turns hold zeros.
@@ -314,8 +317,10 @@ def score_batch(batch: TurnBatch, rows: Rows, *, actor: Any, micro_batch_size: i
         return out.view(shape)
 
     actor.eval()
-    old = scatter(batched(lambda r: policy_outputs(actor, r)[0], rows, micro_batch_size))
-    ref = scatter(batched(reference, rows, micro_batch_size)) if reference is not None else None
+    old = scatter(batched(lambda r: policy_outputs(actor, r, temperature=temperature)[0], rows, micro_batch_size))
+    ref = None
+    if reference is not None:
+        ref = scatter(batched(lambda r: reference(r, temperature), rows, micro_batch_size))
     if critic is None:
         return Scores(old, ref)
     critic.eval()

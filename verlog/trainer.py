@@ -222,13 +222,16 @@ class Trainer:
         times = PhaseTimes()
         collect = lambda: collect_batch(  # noqa: E731
             self.collector, cfg, dynamic_sampling=self.spec.uses_dynamic_sampling(cfg.algo.dynamic_sampling))
+        temperature = cfg.rollout.policy_temperature_at(it + 1)  # the batch of iteration it is sampled at it
         with times.phase("rollout"):  # with a batch collected during the last update: the wait for it
             if self.prefetch.pending:
                 (batch, stats, algo_metrics), version = self.prefetch.take()
             else:
+                self._sample_at(it)
                 (batch, stats, algo_metrics), version = collect(), self.policy_version
         staleness = self.policy_version - version
         if self._collect_ahead(it):
+            self._sample_at(it + 1)
             self.prefetch.start(collect, version=self.policy_version)
         if self.rollout.sleep_between_updates:  # free the KV cache and weights for the update
             with times.phase("engine_sleep"):
@@ -239,7 +242,8 @@ class Trainer:
             with times.phase("scoring"):
                 rows = models.turn_rows(batch, cfg.ppo.micro_batch_size)
                 scores = score_batch(batch, rows, actor=models.actor, critic=models.critic,
-                                     reference=models.reference, micro_batch_size=cfg.ppo.micro_batch_size)
+                                     reference=models.reference, micro_batch_size=cfg.ppo.micro_batch_size,
+                                     temperature=temperature)
                 adv = compute_advantages(batch, scores, cfg, iteration=it + 1, reduce_fn=D.all_reduce_sum)
                 algo_metrics.update(adv.metrics)
                 if staleness:  # tokens of an older policy: the decoupled objective's weights
@@ -251,7 +255,8 @@ class Trainer:
             with times.phase("update"):
                 upd = update(TrainingRows.of(batch, rows, scores, adv), actor=models.actor, critic=models.critic, spec=self.spec, cfg=cfg.ppo,
                              aggregation=self.spec.loss_aggregation(cfg.algo.loss_aggregation), rng=self.update_rng,
-                             skipped=self.skipped, train_actor=not warm, pad_id=batch.pad_id)
+                             skipped=self.skipped, train_actor=not warm, pad_id=batch.pad_id,
+                             temperature=temperature)
         else:  # dynamic sampling kept no group on some rank: nothing to learn from
             upd = {"update/skipped_no_signal": 1.0}
         with times.phase("sync"):
@@ -273,6 +278,8 @@ class Trainer:
         metrics.update(algo_metrics)
         if cfg.gae.gamma_step_schedule:
             metrics["gae/gamma_step"] = cfg.gae.gamma_step_at(it + 1)
+        if cfg.rollout.temperature_schedule:
+            metrics["rollout/temperature"] = cfg.rollout.temperature_at(it + 1)
         if cfg.rollout.max_staleness:
             metrics["rollout/staleness"] = float(staleness)
         for message in stats.env_fault_messages:
@@ -281,6 +288,11 @@ class Trainer:
             result = self.run_eval(f"iter_{it + 1}", greedy=cfg.eval.greedy, logger=logger)
             metrics["eval/success"] = result.success_mean
         return metrics
+
+    def _sample_at(self, it: int) -> None:
+        """Set the collector's sampling temperature to that of iteration ``it`` (0-based)."""
+        sampling = self.collector.sampling
+        self.collector.sampling = replace(sampling, temperature=self.cfg.rollout.temperature_at(it + 1))
 
     def _collect_ahead(self, it: int) -> bool:
         """Whether iteration ``it`` collects the next batch during its update (``rollout.max_staleness=1``):

@@ -36,7 +36,8 @@ class TrainingModels:
     Attributes:
         actor: the actor's DeepSpeed engine (``actor.module`` is the Hugging Face model).
         critic: the critic's DeepSpeed engine, or None for algorithms without a critic.
-        reference: rows -> the reference policy's logprobs [M, R], or None when no KL term is on.
+        reference: (rows, temperature) -> the reference policy's logprobs [M, R] at that temperature, or None
+            when no KL term is on.
         cache_frozen_activations: the turns' rows get the actor's frozen hidden states before scoring
             (:func:`~verlog.scoring.with_frozen_hidden`); the critic uses them too when its frozen base is
             the actor's.
@@ -44,7 +45,7 @@ class TrainingModels:
 
     actor: Any
     critic: Optional[Any]
-    reference: Optional[Callable[[Rows], torch.Tensor]]
+    reference: Optional[Callable[[Rows, float], torch.Tensor]]
     cache_frozen_activations: bool = False
 
     def turn_rows(self, batch: TurnBatch, micro_batch_size: int) -> Rows:
@@ -195,19 +196,19 @@ def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_pa
 
 
 def _reference(cfg: TrainConfig, actor: Any, initial_path: str | Path,
-               dtype: torch.dtype) -> Callable[[Rows], torch.Tensor]:
-    """Rows -> the reference policy's logprobs: the frozen initial policy, or with LoRA the actor
-    with its adapters disabled (the base weights). With ``model.cache_frozen_activations`` the frozen
+               dtype: torch.dtype) -> Callable[[Rows, float], torch.Tensor]:
+    """(rows, temperature) -> the reference policy's logprobs at that temperature: the frozen initial policy,
+    or with LoRA the actor with its adapters disabled (the base weights). With ``model.cache_frozen_activations`` the frozen
     initial policy runs only its top layers on rows that carry the actor's frozen hidden states, when
     its lower layers are the actor's."""
     if cfg.model.lora_rank:
-        def disabled_adapter(rows: Rows) -> torch.Tensor:
+        def disabled_adapter(rows: Rows, temperature: float) -> torch.Tensor:
             with actor.module.disable_adapter():
-                return policy_outputs(actor, rows)[0]
+                return policy_outputs(actor, rows, temperature=temperature)[0]
 
         return disabled_adapter
     ref = load_actor(initial_path, dtype=dtype).to(D.device()).eval().requires_grad_(False)
     if cfg.model.cache_frozen_activations:  # its top layers alone run on the actor's frozen hidden states
         train_top_layers(ref, cfg.model.trainable_layers)
         share_frozen_base(actor, ref)
-    return lambda rows: policy_outputs(ref, rows)[0]
+    return lambda rows, temperature: policy_outputs(ref, rows, temperature=temperature)[0]

@@ -177,7 +177,8 @@ def _grad_norm(engine: Any) -> float:
 
 
 def update(data: TrainingRows, *, actor: Any, critic: Any, spec: AlgorithmSpec, cfg: PPOConfig, aggregation: str,
-           rng: torch.Generator, skipped: SkippedSteps, train_actor: bool, pad_id: int) -> dict[str, float]:
+           rng: torch.Generator, skipped: SkippedSteps, train_actor: bool, pad_id: int,
+           temperature: float = 1.0) -> dict[str, float]:
     """Epochs over minibatches of the training rows; returns token-weighted averages of the metrics.
 
     The loss of a minibatch is normalised by its valid tokens (token-mean) or sequences (seq-mean
@@ -193,6 +194,8 @@ def update(data: TrainingRows, *, actor: Any, critic: Any, spec: AlgorithmSpec, 
         skipped: the skipped-step counts, updated in place.
         train_actor: False during the critic warm-up (the actor takes no step).
         pad_id: the tokenizer's padding id.
+        temperature: the policy's temperature (logprobs and entropy of softmax(logits / temperature)), the
+            one the batch was sampled and scored at.
     """
     rows, mask = data.rows, data.mask
     M = len(rows)
@@ -218,7 +221,7 @@ def update(data: TrainingRows, *, actor: Any, critic: Any, spec: AlgorithmSpec, 
 
                 def actor_micro_loss(mi: torch.Tensor) -> tuple[torch.Tensor, bool, Callable[[], None]]:
                     m = mask[mi]
-                    logp, ent = policy_outputs(actor, rows.select(mi), with_entropy=True)
+                    logp, ent = policy_outputs(actor, rows.select(mi), with_entropy=True, temperature=temperature)
                     out = actor_loss(logp, ent, data.old_logprobs[mi], data.advantages[mi], m,
                                           policy_loss=spec.policy_loss, clip_low=cfg.clip_low,
                                           clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, aggregation=aggregation,

@@ -57,8 +57,10 @@ class Generation:
         token_ids: response token ids, length L (1 <= L <= max_tokens); includes the
             end-of-sequence token when the model produced it.
         logprobs: length-L list of log pi(token_k | prompt, tokens_<k) in nats, under
-            the model's *raw* distribution (temperature 1, no top-p/top-k), which is
-            the distribution PPO's ratio refers to.
+            the distribution sampled from before truncation: softmax(logits / temperature),
+            no top-p/top-k (temperature 1 when greedy), which is the distribution PPO's ratio
+            refers to. The vLLM engine returns the raw distribution's (temperature 1) whatever
+            the temperature.
         finish_reason: ``"stop"`` (end-of-sequence token produced) or ``"length"``
             (cut at ``max_tokens``).
     """
@@ -89,7 +91,13 @@ class Collector(Protocol):
     :class:`~verlog.rollout.episodes.EpisodeCollector` (grouped whole episodes) and the tool
     conversations' :class:`~verlog.rollout.conversations.ToolLoopCollector` and
     :class:`~verlog.rollout.conversations.ProxyCollector`.
+
+    Attributes:
+        sampling: the decoding parameters of the next :meth:`collect`; the trainer replaces its
+            temperature between batches (``rollout.temperature_schedule``).
     """
+
+    sampling: SamplingParams
 
     def collect(self) -> tuple[TurnBatch, CollectStats]:
         """One batch of turns and what happened while collecting it."""

@@ -92,12 +92,13 @@ class HFEngine:
     generation_config sampling defaults (repetition penalty etc.) are NOT used.
     Generation stops at any id of :attr:`eos_token_ids`.
 
-    Logprobs are ``log_softmax`` of the raw logits (``output_logits=True``), i.e. under
-    the unwarped model distribution, in nats, computed in float32.
+    Logprobs are ``log_softmax`` of the raw logits (``output_logits=True``) divided by the
+    sampling temperature (1 when greedy), i.e. under the tempered distribution before top-p/top-k,
+    in nats, computed in float32.
 
     Vision-language models (Qwen2-VL, Qwen2.5-VL) take each prompt's images (``images`` of
     :meth:`generate`); their image and video placeholder tokens are never sampled (suppressed in
-    sampling; the logprobs stay those of the raw distribution).
+    sampling; the logprobs stay those of the tempered distribution before suppression).
 
     Determinism: every call runs under ``torch.random.fork_rng`` with a call seed —
     ``params.seed`` if given, else the next draw from the engine's own ``torch.Generator``
@@ -211,7 +212,7 @@ class HFEngine:
         Returns:
             B ``Generation``: response ids up to and including the first eos
             (``finish_reason="stop"``), or exactly ``max_tokens`` ids without eos
-            (``"length"``); per-token raw-distribution logprobs.
+            (``"length"``); per-token logprobs of the tempered distribution (class docstring).
 
         Raises:
             ValueError / TypeError: see :func:`check_request`.
@@ -245,8 +246,9 @@ class HFEngine:
             new_tokens = out.sequences[:, width:].cpu()
             steps = new_tokens.shape[1]
             token_logprobs = torch.empty(new_tokens.shape, dtype=torch.float32)
+            scale = 1.0 if params.is_greedy else float(params.temperature)
             for t, logits in enumerate(out.logits):  # one [B, V] tensor per step, raw logits
-                logits = logits.float().cpu()
+                logits = logits.float().cpu() / scale
                 chosen = logits.gather(1, new_tokens[:, t:t + 1]).squeeze(1)
                 token_logprobs[:, t] = chosen - torch.logsumexp(logits, dim=-1)
 

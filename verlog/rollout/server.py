@@ -199,8 +199,8 @@ class EngineServer:
             params: decoding parameters; only requests with equal params share an engine call.
 
         Returns:
-            the generation: response ids (1 <= L <= ``params.max_tokens``), their logprobs under the
-            engine's raw distribution, and the finish reason.
+            the generation: response ids (1 <= L <= ``params.max_tokens``), their logprobs as the engine
+            gives them (:class:`~verlog.rollout.engine.Generation`), and the finish reason.
 
         Raises:
             RuntimeError: the server is not running.

@@ -173,7 +173,9 @@ class VLLMEngine:
     by merging it into its base in a temporary full model directory, removed with the engine.
 
     Sampling: ``logprobs_mode="raw_logprobs"`` (returned logprobs are under the raw model
-    distribution, like HFEngine), ``generation_config="vllm"`` (the model's sampling
+    distribution, temperature 1, where HFEngine's are at the sampling temperature; they feed the
+    stale-token weights, which config validation therefore allows only at temperature 1, and the
+    engine-mismatch metric), ``generation_config="vllm"`` (the model's sampling
     defaults are ignored), stop at any eos id of the tokenizer + generation config, one
     seed per request: ``params.seed + i`` if a seed is given, else a call seed drawn from
     the engine's ``torch.Generator`` plus ``i`` — so a prompt's sample does not depend on
