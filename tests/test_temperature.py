@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from helpers import train_cli
+from verlog.cli import _checkpoint_iteration
 from verlog.config import ConfigError, load_recipe
 from verlog.logging import read_metrics
 from verlog.scoring import Rows, policy_outputs
@@ -82,10 +83,14 @@ def test_a_run_samples_scores_and_updates_at_the_scheduled_temperature(tmp_path)
               "eval.episodes=2", "eval.num_envs=2", "eval.baseline=false", "logging.progress=false",
               "ppo.kl_coef=0.1", "rollout.temperature=0.7", "rollout.temperature_schedule={2: 0.4}",
               f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=tempered")
-    rows = read_metrics(tmp_path / "tempered" / "metrics.jsonl")
+    run = tmp_path / "tempered"
+    rows = read_metrics(run / "metrics.jsonl")
     assert [row["rollout/temperature"] for row in rows] == [0.7, 0.4]
     for row in rows:
         assert row["rollout/behaviour_vs_old_logprob_max_abs"] < 1e-4
         assert abs(row["actor/approx_kl"]) < 1e-6 and row["actor/clip_fraction"] == 0.0
     assert abs(rows[0]["actor/kl_ref"]) < 1e-6
     assert rows[1]["actor/kl_ref"] > 1e-6  # the actor has moved: the check above can fail
+    # verlog-eval samples a checkpoint at the temperature it was last trained at
+    assert _checkpoint_iteration(run / "checkpoints" / "iter_000002" / "actor") == 2
+    assert _checkpoint_iteration(run / "format_warmup") is None

@@ -136,6 +136,11 @@ class EnvConfig:
         None, "the gamma of distance_shaping's term gamma*Phi(s')-Phi(s) (None: gae.gamma_step, which leaves the "
         "optimal policies unchanged; 1.0: the plain change of distance, which pays nothing for standing still, "
         "where gamma<1 pays (1-gamma)*beta*distance per step that changes nothing)")
+    revisit_penalty: float = _f(
+        0.0, "training envs only, BabyAI tasks: reward taken from each step that returns the level to a state it "
+        "was in earlier in the episode (a no-op action, a full turn on the spot, walking back), so that loops a "
+        "greedy policy would repeat cost return; shortest paths never revisit, so the task's optimal policies "
+        "stay optimal (0: off)")
 
     def env_kwargs(self, *, shaping_gamma: Optional[float] = None) -> dict[str, Any]:
         """Keyword arguments of :func:`verlog.envs.make_env` for this config (defaults left out).
@@ -143,13 +148,15 @@ class EnvConfig:
         Args:
             shaping_gamma: for the training envs, the learner's step discount (``gae.gamma_step``):
                 given, and with ``distance_shaping`` on, the shaping's arguments are included (with
-                ``self.shaping_gamma`` in place of this one when that is set); otherwise (evaluation)
-                they are not, so evaluation returns are the task's own.
+                ``self.shaping_gamma`` in place of this one when that is set), and ``revisit_penalty``
+                when on; otherwise (evaluation) they are not, so evaluation returns are the task's own.
         """
         kwargs: dict[str, Any] = {**self.kwargs, "format_penalty": self.format_penalty}
         if shaping_gamma is not None and self.distance_shaping:
             gamma = shaping_gamma if self.shaping_gamma is None else self.shaping_gamma
             kwargs.update(distance_shaping=self.distance_shaping, shaping_gamma=gamma)
+        if shaping_gamma is not None and self.revisit_penalty:
+            kwargs["revisit_penalty"] = self.revisit_penalty
         if self.max_steps is not None:
             kwargs["max_steps"] = self.max_steps
         if self.task_weights and self.task in MIXTURE_TASKS:  # an evaluation of one of its tasks has no weights
@@ -382,7 +389,8 @@ class EvalConfig:
     episodes: int = _f(100, "episodes per evaluation")
     seed: int = _f(100_000, "seed of the first evaluation episode (episode i uses seed + i)")
     num_envs: int = _f(16, "parallel evaluation environments")
-    greedy: bool = _f(True, "argmax decoding (False: sample at rollout.temperature)")
+    greedy: bool = _f(True, "argmax decoding (False: sample at the temperature the policy was last trained at, "
+                            "rollout.temperature or its schedule's entry in force)")
     every: int = _f(0, "evaluate every k iterations during training (0: only at the end)")
     baseline: bool = _f(True, "also evaluate the untrained policy (greedy and sampled) before training")
 

@@ -57,6 +57,7 @@ _NON_NEGATIVE = (
     "ppo.weight_decay", "ppo.value_coef", "seed", "eval.seed", "model.tiny.seed", "format_warmup.episodes",
     "rollout.vllm_cpu_kv_cache_gb", "model.value_head_init_std", "algo.gigpo_omega", "algo.overlong_penalty_factor",
     "env.distance_shaping", "memory.max_images", "agent.tool_latency_s", "format_warmup.prompt_lm_weight",
+    "env.revisit_penalty",
 )
 #: Optional keys that must be positive when set.
 _POSITIVE_OR_NONE = ("ppo.target_kl", "ppo.value_clip", "env.step_timeout_s", "env.max_steps")
@@ -219,7 +220,7 @@ ENV_ARGUMENTS_OF_KEYS = {"format_penalty": "env.format_penalty", "max_steps": "e
                          "instruction_style": "env.instruction_style", "text_style": "env.text_style",
                          "task_weights": "env.task_weights", "distance_shaping": "env.distance_shaping",
                          "observation_mode": "env.observation_mode", "image_tile_px": "env.image_tile_px",
-                         "shaping_gamma": "env.shaping_gamma"}
+                         "shaping_gamma": "env.shaping_gamma", "revisit_penalty": "env.revisit_penalty"}
 
 
 def _env_kwargs_problem(kwargs: Any) -> str | None:

@@ -93,28 +93,34 @@ def check_state_keys(cfg: TrainConfig) -> None:
 
 
 def check_distance_shaping(cfg: TrainConfig) -> None:
-    """``env.distance_shaping`` needs a training env that can measure it (a BabyAI task); builds one env
-    of ``env.task`` with it and resets it to find out (nothing to check
-    when it is off).
+    """``env.distance_shaping`` and ``env.revisit_penalty`` need a training env that has them (a BabyAI
+    task); builds one env of ``env.task`` with each that is on and resets it to find out (nothing to
+    check when both are off).
 
     Raises:
-        ConfigError: one line naming ``env.distance_shaping`` and the task.
+        ConfigError: one line naming the key and the task.
     """
-    if not cfg.env.distance_shaping or cfg.agent.loop != "env":
+    if cfg.agent.loop != "env":
         return
     from verlog.envs.registry import make_env
 
-    try:
-        env = make_env(cfg.env.task, **cfg.env.env_kwargs(shaping_gamma=cfg.gae.gamma_step))
-    except TypeError:
-        raise ConfigError(f"env.distance_shaping: {cfg.env.task} has no distance shaping (BabyAI's tasks "
-                          "have)") from None
-    try:
-        env.reset(seed=0)
-    except ValueError as exc:
-        raise ConfigError(f"env.distance_shaping: {cfg.env.task}: {exc}") from None
-    finally:
-        env.close()
+    kwargs = cfg.env.env_kwargs(shaping_gamma=cfg.gae.gamma_step)
+    shaping = {"distance_shaping": {"distance_shaping", "shaping_gamma"}, "revisit_penalty": {"revisit_penalty"}}
+    for name, own in shaping.items():
+        if name not in kwargs:
+            continue
+        others = set().union(*shaping.values()) - own  # each is tried alone, so the message names the right key
+        try:
+            env = make_env(cfg.env.task, **{k: v for k, v in kwargs.items() if k not in others})
+        except TypeError:
+            raise ConfigError(f"env.{name}: {cfg.env.task} has no {name.replace('_', ' ')} (BabyAI's tasks "
+                              "have)") from None
+        try:
+            env.reset(seed=0)
+        except ValueError as exc:
+            raise ConfigError(f"env.{name}: {cfg.env.task}: {exc}") from None
+        finally:
+            env.close()
 
 
 def check_task_weights(cfg: TrainConfig) -> None:

@@ -172,7 +172,7 @@ class Trainer:
         self.stop_signals.install()
         try:
             if self.start_iteration == 0 and cfg.eval.baseline and D.is_main():
-                self._evaluate("untrained", logger, phase="baseline")
+                self._evaluate("untrained", logger, phase="baseline", iteration=0)
             if self.critic is None and cfg.ppo.critic_warmup_iterations:
                 self._say(logger, f"ppo.critic_warmup_iterations={cfg.ppo.critic_warmup_iterations} not used: "
                                   f"algo.algorithm={cfg.algo.algorithm} trains no critic")
@@ -204,7 +204,7 @@ class Trainer:
                     break
             self.save_checkpoint(last)
             if D.is_main():
-                self._evaluate("trained", logger, phase="final_eval")
+                self._evaluate("trained", logger, phase="final_eval", iteration=last)
                 (self.run_dir / "eval.json").write_text(json.dumps(eval_payload(cfg, self.eval_results), indent=2))
         finally:
             self.stop_signals.restore()
@@ -285,7 +285,7 @@ class Trainer:
         for message in stats.env_fault_messages:
             self._say(logger, f"iteration {it + 1}: environment fault, env restarted: {message}")
         if cfg.eval.every and (it + 1) % cfg.eval.every == 0 and D.is_main():
-            result = self.run_eval(f"iter_{it + 1}", greedy=cfg.eval.greedy, logger=logger)
+            result = self.run_eval(f"iter_{it + 1}", greedy=cfg.eval.greedy, logger=logger, iteration=it + 1)
             metrics["eval/success"] = result.success_mean
         return metrics
 
@@ -309,19 +309,22 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def run_eval(self, label: str, *, greedy: bool, logger: MetricLogger | None = None,
-                 phase: str = "eval") -> EvalResult:
-        """Evaluate the rollout engine's current policy on ``eval.episodes`` fixed seeds (the episodes
-        counted on the progress bar under ``phase`` when a logger is given)."""
+                 phase: str = "eval", iteration: int = 0) -> EvalResult:
+        """Evaluate the rollout engine's current policy, trained through ``iteration`` (0: untrained), on
+        ``eval.episodes`` fixed seeds (the episodes counted on the progress bar under ``phase`` when a logger
+        is given); sampled decoding is at the temperature the policy was last trained at."""
         mode = "greedy" if greedy else "sampled"
-        with logger.evaluation(phase, self.cfg.eval.episodes, mode) if logger is not None else nullcontext() as tick:
-            result = evaluate_policy(self.cfg, self.engine, self.tokenizer, self.collector, greedy=greedy,
+        rollout = self.cfg.rollout
+        cfg = replace(self.cfg, rollout=replace(rollout, temperature=rollout.temperature_at(max(iteration, 1))))
+        with logger.evaluation(phase, cfg.eval.episodes, mode) if logger is not None else nullcontext() as tick:
+            result = evaluate_policy(cfg, self.engine, self.tokenizer, self.collector, greedy=greedy,
                                      on_episode=tick)
         self.eval_results.setdefault(label, {})[mode] = result.summary()
         return result
 
-    def _evaluate(self, label: str, logger: MetricLogger | None, phase: str) -> None:
+    def _evaluate(self, label: str, logger: MetricLogger | None, phase: str, iteration: int) -> None:
         for greedy in (True, False):
-            r = self.run_eval(label, greedy=greedy, logger=logger, phase=phase)
+            r = self.run_eval(label, greedy=greedy, logger=logger, phase=phase, iteration=iteration)
             tasks = "".join(f"; {name} {t['success_mean']:.2f} ± {t['success_se']:.2f} ({t['episodes']})"
                             for name, t in r.per_task.items())
             self._say(logger, f"{label} policy ({'greedy' if greedy else 'sampled'}): success "

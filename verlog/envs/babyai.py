@@ -19,8 +19,10 @@ the mission still needs the agent to walk: to the object of a go-to or pick-up m
 an open mission (by way of its key while a locked door's key is not carried), to the object to move and
 on to the one it goes next to, through both stages of a sequence
 (:func:`~verlog.envs.babyai_distance.mission_distance`; :func:`~verlog.envs.shaping.potential_shaping`).
-The positions come from the level itself, not from the text the agent reads. Success and progression
-are unaffected (they read minigrid's own reward).
+The positions come from the level itself, not from the text the agent reads. ``revisit_penalty`` = c > 0
+subtracts c from a step that returns the level to a state (:attr:`BabyAITextEnv.state_key`) it was in
+earlier in the episode (:class:`~verlog.envs.shaping.RevisitPenalty`). Success and progression are
+unaffected by either (they read minigrid's own reward).
 
 Registered tasks (see :data:`BABYAI_TASKS`): BALROG's five, ``babyai/goto``, ``babyai/pickup``,
 ``babyai/open``, ``babyai/putnext``, ``babyai/pick_up_seq_go_to`` (BALROG's levels, the same layout as
@@ -54,7 +56,7 @@ from verlog.envs.base import TextEnv, require_episode
 from verlog.envs.options import instruction_builder, task_entry
 from verlog.envs.mixture import make_task_mixture
 from verlog.envs.registry import register
-from verlog.envs.shaping import potential_shaping
+from verlog.envs.shaping import RevisitPenalty, potential_shaping
 
 __all__ = [
     "BABYAI_ACTIONS",
@@ -229,6 +231,8 @@ class BabyAITextEnv(TextEnv):
         distance_shaping: beta >= 0 of the distance shaping (module docstring), reward per cell;
             0 (the default) is off.
         shaping_gamma: the learner's step discount, the gamma of the shaping term (in [0, 1]).
+        revisit_penalty: c >= 0 taken from each step that returns to a state of the episode (module
+            docstring); 0 (the default) is off.
         text_style: the observation text, ``"balrog"`` (BALROG's, byte for byte; the default) or
             ``"tidy"`` (Verlog's earlier wording); see :mod:`verlog.envs.babyai_text`.
         observation_mode: ``"text"`` (str observations, the default), ``"image"`` (a dict: the mission
@@ -244,7 +248,7 @@ class BabyAITextEnv(TextEnv):
 
     Raises:
         ValueError: unknown level id, bad ``max_steps``/``format_penalty``/``distance_shaping``/
-            ``shaping_gamma``/``text_style``, or ``max_steps`` inside ``level_kwargs``; at reset, a shaped level whose
+            ``shaping_gamma``/``revisit_penalty``/``text_style``, or ``max_steps`` inside ``level_kwargs``; at reset, a shaped level whose
             mission has no distance (:func:`~verlog.envs.babyai_distance.mission_distance`).
         TypeError: level kwargs the level does not accept.
     """
@@ -259,6 +263,7 @@ class BabyAITextEnv(TextEnv):
         instruction_style: str = "full",
         distance_shaping: float = 0.0,
         shaping_gamma: float = 1.0,
+        revisit_penalty: float = 0.0,
         text_style: str = "balrog",
         observation_mode: str = "text",
         image_tile_px: int = 8,
@@ -276,6 +281,7 @@ class BabyAITextEnv(TextEnv):
             raise ValueError(f"shaping_gamma must be in [0, 1], got {shaping_gamma}")
         self.distance_shaping = float(distance_shaping)
         self.shaping_gamma = float(shaping_gamma)
+        self._revisits = RevisitPenalty(revisit_penalty) if revisit_penalty else None
         self._build_instruction = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         kwargs = dict(level_kwargs or {})
         if "max_steps" in kwargs:
@@ -346,6 +352,8 @@ class BabyAITextEnv(TextEnv):
         self._success = False
         if self.distance_shaping:
             mission_distance(self.minigrid)  # a mission without a distance is refused at reset, not mid-episode
+        if self._revisits is not None:
+            self._revisits.reset(self.state_key)
         return render_view(obs["image"], self.text_style), {"mission": self._mission}
 
     def _potential(self) -> float:
@@ -360,6 +368,8 @@ class BabyAITextEnv(TextEnv):
         reward = float(reward)
         if self.distance_shaping:
             reward += potential_shaping(potential, self._potential(), self.shaping_gamma, bool(terminated))
+        if self._revisits is not None:
+            reward += self._revisits.step(self.state_key)
         return render_view(obs["image"], self.text_style), reward, terminated, truncated, {"mission": self.mission}
 
 
@@ -372,6 +382,7 @@ def make_babyai(
     instruction_style: str = "full",
     distance_shaping: float = 0.0,
     shaping_gamma: float = 1.0,
+    revisit_penalty: float = 0.0,
     text_style: str = "balrog",
     observation_mode: str = "text",
     image_tile_px: int = 8,
@@ -387,6 +398,7 @@ def make_babyai(
         level_kwargs: extra constructor arguments of the minigrid level.
         instruction_style: ``"full"`` or ``"brief"`` (see :class:`BabyAITextEnv`).
         distance_shaping, shaping_gamma: the training-only distance shaping (see :class:`BabyAITextEnv`).
+        revisit_penalty: the training-only cost of a revisiting step (see :class:`BabyAITextEnv`).
         text_style: ``"balrog"`` or ``"tidy"`` (see :class:`BabyAITextEnv`).
         observation_mode, image_tile_px: image observations (see :class:`BabyAITextEnv`).
 
@@ -402,6 +414,7 @@ def make_babyai(
         instruction_style=instruction_style,
         distance_shaping=distance_shaping,
         shaping_gamma=shaping_gamma,
+        revisit_penalty=revisit_penalty,
         text_style=text_style,
         observation_mode=observation_mode,
         image_tile_px=image_tile_px,

@@ -3,11 +3,18 @@
 A sparse task such as BabyAI's go-to pays a reward only at the goal; a policy that rarely reaches it
 gets almost no learning signal. Potential-based shaping adds a dense term that provably leaves the
 task's optimal policies unchanged (:func:`potential_shaping`); the environment supplies the potential.
+
+A policy that has learned a task can still loop: an action that changes nothing (``pick up`` with
+nothing ahead) or a cycle of turns brings the agent back to a state it has been in, and a greedy
+policy that acts on what it sees then repeats itself until the step limit. :class:`RevisitPenalty`
+charges a step that returns to a state already visited in the episode.
 """
 
 from __future__ import annotations
 
-__all__ = ["potential_shaping"]
+import math
+
+__all__ = ["RevisitPenalty", "potential_shaping"]
 
 
 def potential_shaping(potential: float, next_potential: float, gamma: float, terminated: bool) -> float:
@@ -37,3 +44,41 @@ def potential_shaping(potential: float, next_potential: float, gamma: float, ter
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"potential_shaping: gamma must be in [0, 1], got {gamma}")
     return (0.0 if terminated else gamma * next_potential) - potential
+
+
+class RevisitPenalty:
+    """A fixed cost for each step that reaches a state the episode has already been in.
+
+    r'_t = r_t - c * 1[s_{t+1} in {s_0, ..., s_t}], with states compared by an exact key the environment
+    supplies (e.g. the whole level state). It is the negative of the episodic first-visit indicator with
+    which Zhang et al. 2020 ("BeBold", Sec. 3) restrict an exploration bonus, used as a cost. In a
+    deterministic task whose reward falls with the step count, every shortest path is free of revisits
+    (removing a cycle shortens it) and every other path earns less, so the optimal policies are those of
+    the unpenalised task; what the cost changes is which of a learner's imperfect policies score better:
+    those that do not loop. The penalty depends on the episode's past, not on the state alone, so a
+    critic sees it as noise where a policy only sometimes loops.
+
+    Args:
+        cost: c >= 0, reward units per revisiting step (0: off).
+
+    Raises:
+        ValueError: ``cost`` negative or not finite.
+    """
+
+    def __init__(self, cost: float) -> None:
+        if not (math.isfinite(cost) and cost >= 0.0):
+            raise ValueError(f"revisit_penalty must be a finite number >= 0, got {cost}")
+        self.cost = float(cost)
+        self._seen: set[bytes] = set()
+
+    def reset(self, key: bytes) -> None:
+        """Start an episode in the state ``key``."""
+        self._seen = {key}
+
+    def step(self, key: bytes) -> float:
+        """The term to add to the reward of a step that reached the state ``key``: ``-cost`` when the
+        episode has been there before, else 0 (the state is then remembered)."""
+        if key in self._seen:
+            return -self.cost
+        self._seen.add(key)
+        return 0.0
