@@ -30,6 +30,8 @@ def test_the_latest_entry_at_or_before_the_iteration_is_in_force():
     ("rollout.temperature_schedule={0: 0.5}", "iterations >= 1"),
     ("rollout.temperature_schedule={5: 0}", "temperatures > 0"),
     ("rollout.temperature_schedule={5: -0.5}", "temperatures > 0"),
+    # YAML reads 201:0.5 as one base-60 number with no value: a hint, not a type error about 12060.5
+    ("rollout.temperature_schedule={201:0.5}", "a space after each colon"),
 ])
 def test_a_bad_schedule_is_one_line_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=r"^rollout\.temperature_schedule: .*" + re.escape(key)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, get_type_hints
@@ -493,7 +494,8 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     Short names in :data:`ALIASES` are expanded (``algorithm=grpo`` -> ``algo.algorithm``).
 
     Raises:
-        ConfigError: an item is not of the form ``key=value``.
+        ConfigError: an item is not of the form ``key=value``; a mapping written without a space after a
+            colon (``{201:0.5}``, which YAML reads as one key, the base-60 number 12060.5, with no value).
 
     A key given twice takes its last value, as in OmegaConf's dotlists (a script may append overrides
     to a user's).
@@ -513,7 +515,11 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
             value = raw
         # A leaf's text that YAML reads as a block mapping ("ACTION:", "Action: go") is that text;
         # a mapping written as one ("{history_turns: 2}") stays a mapping.
-        out[key] = raw if isinstance(value, dict) and not raw.lstrip().startswith("{") else value
+        mapping = isinstance(value, dict) and raw.lstrip().startswith("{")
+        if mapping and None in value.values() and re.search(r"[^\s{,]:[^\s]", raw):
+            raise ConfigError(f"{key}: write a mapping with a space after each colon, e.g. {{201: 0.5}}; "
+                              f"got {raw.strip()!r}")
+        out[key] = value if mapping or not isinstance(value, dict) else raw
     return out
 
 
