@@ -151,9 +151,9 @@ def test_the_kl_reference_runs_its_top_layers_on_the_shared_hidden_states(tiny3,
             layer.register_forward_hook(lambda *_, i=i: calls.append(i))
     m = rows.response_mask
     with torch.no_grad():
-        split = models.reference(cached)
+        split = models.reference(cached, 0.7)  # at a temperature, as scoring takes it
         assert calls == ([] if lora else [LAYERS - 1])
-        assert torch.allclose(split[m], models.reference(rows)[m], atol=1e-5)
+        assert torch.allclose(split[m], models.reference(rows, 0.7)[m], atol=1e-5)
 
 
 def test_unsplittable_models_are_refused():
