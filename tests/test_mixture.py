@@ -223,7 +223,8 @@ def test_two_iterations_on_balrog_mix_log_and_evaluate_per_task(tmp_path):
             "eval.baseline=false", "env.max_steps=6", "logging.progress=false", "checkpoint_every=2",
             "env.task=babyai/balrog_mix", f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=mix",
             # the balrog_babyai_cpu recipe's own settings, and a discount that changes at iteration 2
-            "env.distance_shaping=0.05", "env.shaping_gamma=1.0", "ppo.kl_coef=0.05", 'memory.reply_prefix="ACTION: "',
+            "env.distance_shaping=0.05", "env.shaping_gamma=1.0", "env.revisit_penalty=0.05", "ppo.kl_coef=0.05",
+            'memory.reply_prefix="ACTION: "',
             "gae.gamma_step=0.95", "gae.gamma_step_schedule={2: 0.8}"]
     train_cli("tiny", *args)
     run = tmp_path / "mix"
