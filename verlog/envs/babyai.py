@@ -248,8 +248,9 @@ class BabyAITextEnv(TextEnv):
 
     Raises:
         ValueError: unknown level id, bad ``max_steps``/``format_penalty``/``distance_shaping``/
-            ``shaping_gamma``/``revisit_penalty``/``text_style``, or ``max_steps`` inside ``level_kwargs``; at reset, a shaped level whose
-            mission has no distance (:func:`~verlog.envs.babyai_distance.mission_distance`).
+            ``shaping_gamma``/``revisit_penalty``/``text_style``, or ``max_steps`` inside ``level_kwargs``;
+            at reset, a shaped level whose mission has no distance
+            (:func:`~verlog.envs.babyai_distance.mission_distance`).
         TypeError: level kwargs the level does not accept.
     """
 
