@@ -14,7 +14,7 @@ and optimizer state untouched); :class:`SkippedSteps` counts such steps, in tota
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Optional
 
 import torch
@@ -62,6 +62,17 @@ class TrainingRows:
         flat = lambda x: x.flatten(0, 1)[pos] if x is not None else None  # noqa: E731
         return TrainingRows(rows, flat(batch.response_mask), flat(scores.old_logprobs), flat(adv.advantages),
                             flat(scores.ref_logprobs), flat(scores.values), flat(adv.returns))
+
+    def targets_on(self, device: torch.device | str) -> "TrainingRows":
+        """These rows with every per-token target ([M, R] tensors) on ``device``; ``rows`` stay where they
+        are (each micro-batch's inputs are moved by :func:`~verlog.scoring.forward_rows`).
+
+        Scoring leaves its outputs on the CPU; the losses meet them with the model's outputs, which are on
+        the engine's device (a CUDA GPU under DeepSpeed on a GPU machine).
+        """
+        moved = {f.name: getattr(self, f.name).to(device) for f in fields(self)
+                 if f.name != "rows" and getattr(self, f.name) is not None}
+        return replace(self, **moved)
 
 
 class MetricSums:
@@ -185,7 +196,7 @@ def update(data: TrainingRows, *, actor: Any, critic: Any, spec: AlgorithmSpec, 
     aggregations, :func:`~verlog.algos.losses.aggregate_loss`).
 
     Args:
-        data: the rows and their targets.
+        data: the rows and their targets (the targets are moved to the engines' device, :meth:`TrainingRows.targets_on`).
         actor, critic: the DeepSpeed engines (``critic`` None for algorithms without one).
         spec: the algorithm's table entry (its policy loss).
         cfg: the ``ppo`` config section.
@@ -197,6 +208,7 @@ def update(data: TrainingRows, *, actor: Any, critic: Any, spec: AlgorithmSpec, 
         temperature: the policy's temperature (logprobs and entropy of softmax(logits / temperature)), the
             one the batch was sampled and scored at.
     """
+    data = data.targets_on(D.device())
     rows, mask = data.rows, data.mask
     M = len(rows)
     kl_loss_on = cfg.kl_coef > 0 and not cfg.kl_in_reward
