@@ -224,6 +224,7 @@ def test_two_iterations_on_balrog_mix_log_and_evaluate_per_task(tmp_path):
             "env.task=babyai/balrog_mix", f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=mix",
             # the balrog_babyai_cpu recipe's own settings, and a discount that changes at iteration 2
             "env.distance_shaping=0.05", "env.shaping_gamma=1.0", "env.revisit_penalty=0.05", "ppo.kl_coef=0.05",
+            "model.tiny.num_heads=4", "model.tiny.num_kv_heads=4",
             'memory.reply_prefix="ACTION: "',
             "gae.gamma_step=0.95", "gae.gamma_step_schedule={2: 0.8}"]
     train_cli("tiny", *args)
