@@ -45,6 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 from verlog import builders  # noqa: E402
 from verlog.config import load_recipe  # noqa: E402
+from verlog.memory.base import completion_of  # noqa: E402
 from verlog.envs.registry import make_env  # noqa: E402
 from verlog.models import load_actor, load_tokenizer  # noqa: E402
 from verlog.scoring import pack_pairs, policy_outputs  # noqa: E402
@@ -189,9 +190,9 @@ def probe(args: argparse.Namespace, workdir: str) -> int:
             out.append((memory.prompt_ids()[0], action, kind))
         return out
 
-    prefix = cfg.memory.reply_prefix or ""  # already ends the prompt: the reply is the rest
-    replies = [tokenizer.encode(format_reply(a)[len(prefix):], add_special_tokens=False) + [tokenizer.eos_token_id]
-               for a in actions]
+    # what the model writes after the prompt (which ends with the recipe's reply prefix, if any)
+    replies = [tokenizer.encode(completion_of(memory.reply_prefix, format_reply(a)), add_special_tokens=False)
+               + [tokenizer.eos_token_id] for a in actions]
 
     def reply_logprobs(items: list[tuple[list[int], int, str]], chosen: list[int]) -> torch.Tensor:
         """[B] summed logprob of reply ``chosen[b]`` after prompt b."""

@@ -30,6 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 from verlog import builders  # noqa: E402
 from verlog.config import load_recipe  # noqa: E402
+from verlog.memory.base import completion_of  # noqa: E402
 from verlog.models import load_actor, load_tokenizer  # noqa: E402
 from verlog.scoring import pack_pairs, policy_outputs  # noqa: E402
 from verlog.warmup import format_reply  # noqa: E402
@@ -61,9 +62,8 @@ def main() -> int:
     memory = builders.memory_factory(cfg.memory, tokenizer)()
     instruction = (f"Your goal is to {args.mission}. Actions: {', '.join(ACTIONS)}. "
                    "Reply with ACTION: <action>.")
-    prefix = cfg.memory.reply_prefix or ""
-    replies = [tokenizer.encode(format_reply(a)[len(prefix):], add_special_tokens=False) + [tokenizer.eos_token_id]
-               for a in ACTIONS]
+    replies = [tokenizer.encode(completion_of(memory.reply_prefix, format_reply(a)), add_special_tokens=False)
+               + [tokenizer.eos_token_id] for a in ACTIONS]
     cache: dict[str, torch.Tensor] = {}
 
     def distribution(observation: str) -> torch.Tensor:
