@@ -343,7 +343,12 @@ class PPOConfig:
     value_clip: Optional[float] = _f(0.2, "value-loss clip around the rollout values (None: off)")
     value_coef: float = _f(1.0, "weight of the value loss in the critic's objective")
     entropy_coef: float = _f(0.0, "entropy bonus weight")
-    kl_coef: float = _f(0.0, "KL to the reference policy; the reference is loaded only when > 0")
+    kl_coef: float = _f(0.0, "KL to the reference policy; the reference is loaded only when > 0 (here or in "
+                             "kl_coef_schedule)")
+    kl_coef_schedule: Dict[int, float] = _f(
+        {}, "later KL weights: iteration -> the kl_coef in force from that iteration on (1-based, as metrics.jsonl "
+        "counts), e.g. {300: 0.01}; {}: kl_coef throughout. A KL to a near-uniform reference keeps the policy "
+        "spread; a smaller weight late lets it settle on the actions greedy decoding will take")
     kl_kind: str = _f("k3", "KL estimator: k1, k2 or k3")
     kl_in_reward: bool = _f(False, "apply the KL as a per-token reward penalty instead of a loss term")
     max_grad_norm: float = _f(1.0, "gradient clipping (global norm)")
@@ -354,6 +359,16 @@ class PPOConfig:
     critic_warmup_iterations: int = _f(0, "value-only iterations on rollouts of the untrained policy before the first policy update")
     behaviour_weight_cap: float = _f(5.0, "rollout.max_staleness=1: cap of the importance weight pi_prox / pi_behaviour "
                                           "that scales each stale token's advantage (decoupled PPO objective)")
+
+    def kl_coef_at(self, iteration: int) -> float:
+        """The KL weight in force at ``iteration`` (1-based): ``kl_coef``, or the value of the latest
+        ``kl_coef_schedule`` entry at or before ``iteration``."""
+        return scheduled(self.kl_coef, self.kl_coef_schedule, iteration)
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether any iteration weighs a KL to the reference policy (which must then be loaded)."""
+        return self.kl_coef > 0 or any(v > 0 for v in self.kl_coef_schedule.values())
 
 
 @dataclass

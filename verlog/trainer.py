@@ -223,6 +223,8 @@ class Trainer:
         collect = lambda: collect_batch(  # noqa: E731
             self.collector, cfg, dynamic_sampling=self.spec.uses_dynamic_sampling(cfg.algo.dynamic_sampling))
         temperature = cfg.rollout.policy_temperature_at(it + 1)  # the batch of iteration it is sampled at it
+        if cfg.ppo.kl_coef_schedule:  # this iteration's KL weight, in the advantages and the update alike
+            cfg = replace(cfg, ppo=replace(cfg.ppo, kl_coef=cfg.ppo.kl_coef_at(it + 1)))
         with times.phase("rollout"):  # with a batch collected during the last update: the wait for it
             if self.prefetch.pending:
                 (batch, stats, algo_metrics), version = self.prefetch.take()
@@ -278,6 +280,8 @@ class Trainer:
         metrics.update(algo_metrics)
         if cfg.gae.gamma_step_schedule:
             metrics["gae/gamma_step"] = cfg.gae.gamma_step_at(it + 1)
+        if cfg.ppo.kl_coef_schedule:
+            metrics["ppo/kl_coef"] = cfg.ppo.kl_coef
         if cfg.rollout.temperature_schedule:
             metrics["rollout/temperature"] = cfg.rollout.temperature_at(it + 1)
         if cfg.rollout.max_staleness:

@@ -190,7 +190,7 @@ def build_training_models(cfg: TrainConfig, *, actor_path: str | Path, critic_pa
             # resume with other ppo.* values (``resume=<run> ppo.actor_lr=...``) must step with them
             set_optimizer_hyperparameters(e, lr=cfg.ppo.actor_lr if name == "actor" else cfg.ppo.critic_lr,
                                           weight_decay=cfg.ppo.weight_decay)
-    if cfg.ppo.kl_coef > 0:
+    if cfg.ppo.uses_reference:
         models.reference = _reference(cfg, actor, initial_path, dtype)
     return models
 

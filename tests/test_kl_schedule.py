@@ -1,0 +1,54 @@
+"""ppo.kl_coef_schedule: the KL weight to the reference policy changes at given iterations.
+
+The weight in force at iteration i is that of the latest schedule entry at or before i (``kl_coef``
+before the first). The reference is loaded when any iteration weighs it, even with ``kl_coef`` 0.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import train_cli
+from verlog.config import ConfigError, load_recipe
+from verlog.logging import read_metrics
+
+
+def test_the_latest_entry_at_or_before_the_iteration_is_in_force():
+    ppo = load_recipe("tiny", ["ppo.kl_coef=0.05", "ppo.kl_coef_schedule={300: 0.01, 400: 0}"]).ppo
+    assert [ppo.kl_coef_at(it) for it in (1, 299, 300, 399, 400, 900)] == [0.05, 0.05, 0.01, 0.01, 0.0, 0.0]
+    assert ppo.uses_reference
+
+
+@pytest.mark.parametrize("overrides, uses", [
+    (["ppo.kl_coef=0"], False),
+    (["ppo.kl_coef=0", "ppo.kl_coef_schedule={5: 0.1}"], True),
+    (["ppo.kl_coef=0.1", "ppo.kl_coef_schedule={5: 0}"], True),
+    (["ppo.kl_coef=0", "ppo.kl_coef_schedule={5: 0}"], False),
+])
+def test_the_reference_is_needed_where_any_iteration_weighs_it(overrides, uses):
+    assert load_recipe("tiny", overrides).ppo.uses_reference is uses
+
+
+@pytest.mark.parametrize("override, key", [
+    ("ppo.kl_coef_schedule={0: 0.1}", "iterations >= 1"),
+    ("ppo.kl_coef_schedule={5: -0.1}", "KL weights >= 0"),
+    ("ppo.kl_coef_schedule={5: .inf}", "KL weights >= 0"),
+])
+def test_a_bad_schedule_is_one_line_naming_the_key(override, key):
+    with pytest.raises(ConfigError, match=r"^ppo\.kl_coef_schedule: .*" + key):
+        load_recipe("tiny", [override])
+
+
+def test_a_run_weighs_the_kl_from_the_scheduled_iteration(tmp_path):
+    """kl_coef 0 with {3: 0.1}: iterations 1-2 have no KL term (no actor/kl_ref), iteration 3 has one, and
+    it is not 0 (the actor has moved from the reference by then), so the reference was loaded."""
+    train_cli("tiny", "iterations=3", "ppo.critic_warmup_iterations=0", "env.num_envs=4", "env.vector_mode=sync",
+              "rollout.turns_per_env=4", "ppo.epochs=1", "ppo.minibatches=1", "ppo.micro_batch_size=16",
+              "format_warmup.steps=5", "format_warmup.episodes=2", "model.tiny.corpus_episodes=10",
+              "eval.episodes=2", "eval.num_envs=2", "eval.baseline=false", "logging.progress=false",
+              "ppo.kl_coef=0", "ppo.kl_coef_schedule={3: 0.1}",
+              f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=klsched")
+    rows = read_metrics(tmp_path / "klsched" / "metrics.jsonl")
+    assert [row["ppo/kl_coef"] for row in rows] == [0.0, 0.0, 0.1]
+    assert [row.get("actor/kl_ref") is None for row in rows] == [True, True, False]
+    assert rows[2]["actor/kl_ref"] > 1e-6
