@@ -29,7 +29,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from verlog.envs.parsing import extract_action
+from verlog.envs.parsing import extract_action, reply_memo
 
 __all__ = [
     "TextEnv",
@@ -78,6 +78,7 @@ INFO_KEYS: tuple[str, ...] = (
 )
 
 _RESERVED_KEYS = frozenset(INFO_KEYS)
+_UNSEEN = object()
 
 #: ``observation_mode`` of a game that can show images (:meth:`TextEnv.enable_images`): ``text`` (a
 #: ``str`` observation, the default), ``image`` (a dict whose text is the mission only, with the image of
@@ -164,16 +165,23 @@ class TextEnv(gymnasium.Env, ABC):
 
     metadata = {"render_modes": []}
 
-    # Whether the class keeps the base ``valid_actions`` (its actions are ``fixed_actions``) and the
-    # base ``success`` (``progression >= 1``): the per-step parse and info then skip a property call
-    # and a list copy each (set for every subclass by ``__init_subclass__``).
+    # Whether the class keeps the base ``valid_actions`` (its actions are ``fixed_actions``), the base
+    # ``success`` (``progression >= 1``), ``instruction`` (``self._instruction``), ``context`` (``""``)
+    # and ``parse_action`` (the shared rule): the per-step parse and info then skip a property call
+    # or a list copy each (set for every subclass by ``__init_subclass__``).
     _base_valid_actions = True
     _base_success = True
+    _base_instruction = True
+    _base_context = True
+    _base_parse = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._base_valid_actions = cls.valid_actions is TextEnv.valid_actions
         cls._base_success = cls.success is TextEnv.success
+        cls._base_instruction = cls.instruction is TextEnv.instruction
+        cls._base_context = cls.context is TextEnv.context
+        cls._base_parse = cls.parse_action is TextEnv.parse_action
 
     def __init__(self, *, max_steps: int | None = None, format_penalty: float = 0.0) -> None:
         if max_steps is not None:
@@ -194,7 +202,8 @@ class TextEnv(gymnasium.Env, ABC):
         self.action_space = spaces.Text(REPLY_MAX_CHARS, min_length=0, charset=TEXT_CHARSET)
         self._episode_step = 0
         self._needs_reset = True
-        self._info_keys: frozenset[str] | None = None
+        self._game_info_keys: frozenset[str] = frozenset()  # the game's own info keys, as at reset
+        self._replies: dict[str, str | None] = {}  # see reset
         self._instruction: str | None = None  # see :attr:`instruction`
         self.observation_mode = "text"
 
@@ -354,8 +363,12 @@ class TextEnv(gymnasium.Env, ABC):
             raise RuntimeError(f"{type(self).__name__}._reset_game returned a {type(obs).__name__}, not a str")
         self._episode_step = 0
         self._needs_reset = False
-        info = self._make_info(game_info, action="", action_valid=True, game_reward=0.0)
-        self._info_keys = frozenset(info)
+        self._check_game_info(game_info)
+        info = self._make_info(game_info, "", True, 0.0)
+        self._game_info_keys = frozenset(game_info)
+        # The replies the shared rule has parsed against a fixed action set (step reads them before it
+        # calls parse_action: a repeated reply costs a dict lookup); none for a game's own rule.
+        self._replies = reply_memo(self.fixed_actions) if self._base_parse and self._base_valid_actions else {}
         return self._shown_observation(obs), info
 
     def step(self, reply: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
@@ -377,7 +390,9 @@ class TextEnv(gymnasium.Env, ABC):
             raise TypeError(f"reply must be a str, got {type(reply).__name__}")
         if self._needs_reset:
             raise RuntimeError("step() called before reset() or after the episode ended; call reset() first")
-        action = self.parse_action(reply)
+        action = self._replies.get(reply, _UNSEEN) if type(reply) is str else _UNSEEN
+        if action is _UNSEEN:
+            action = self.parse_action(reply)
         action_valid = action is not None
         if action is None:
             action = self.default_action
@@ -393,32 +408,41 @@ class TextEnv(gymnasium.Env, ABC):
             truncated = False  # a real end of the game on the last allowed step is a termination
         game_reward = float(game_reward)
         reward = game_reward if action_valid else game_reward + self.format_penalty
-        obs = self._shown_observation(obs, None if action_valid else invalid_action_notice(action))
+        if not action_valid or self.observation_mode != "text":  # else the text is shown as it is
+            obs = self._shown_observation(obs, None if action_valid else invalid_action_notice(action))
         self._needs_reset = terminated or truncated
-        info = self._make_info(game_info, action=action, action_valid=action_valid, game_reward=game_reward)
-        if info.keys() != self._info_keys:  # a set comparison without building a frozenset per step
+        # The same game keys as at reset, where none was one of ours: then the info's keys are too.
+        if game_info.keys() != self._game_info_keys:
+            self._check_game_info(game_info)
             raise RuntimeError(
                 f"{type(self).__name__} changed its info keys between reset and step: "
-                f"missing {sorted(self._info_keys - set(info))}, extra {sorted(set(info) - self._info_keys)}"
+                f"missing {sorted(self._game_info_keys - set(game_info))}, "
+                f"extra {sorted(set(game_info) - self._game_info_keys)}"
             )
-        return obs, reward, terminated, truncated, info
+        return obs, reward, terminated, truncated, self._make_info(game_info, action, action_valid, game_reward)
 
-    def _make_info(self, game_info: dict[str, Any], *, action: str, action_valid: bool, game_reward: float) -> dict:
+    def _check_game_info(self, game_info: dict[str, Any]) -> None:
+        """Raise RuntimeError if the game's info sets one of the keys of :data:`INFO_KEYS`."""
         if not _RESERVED_KEYS.isdisjoint(game_info):
             clash = sorted(_RESERVED_KEYS.intersection(game_info))
             raise RuntimeError(f"{type(self).__name__} game info must not set reserved keys {clash}")
+
+    def _make_info(self, game_info: dict[str, Any], action: str, action_valid: bool, game_reward: float) -> dict:
+        """The info of a step that executed ``action`` (``""`` at reset): the game's keys, then
+        :data:`INFO_KEYS`."""
         progression = float(self.progression)
         if not 0.0 <= progression <= 1.0:
             raise RuntimeError(f"{type(self).__name__}.progression must be in [0, 1], got {progression}")
-        return {  # the game's keys first, then ours in INFO_KEYS order
-            **game_info,
-            "instruction": self.instruction,
-            "valid_actions": list(self.fixed_actions if self._base_valid_actions else self.valid_actions),
-            "progression": progression,
-            "success": progression >= 1.0 if self._base_success else bool(self.success),
-            "episode_step": self._episode_step,
-            "action": action,
-            "action_valid": action_valid,
-            "game_reward": game_reward,
-            "context": str(self.context),
-        }
+        instruction = self._instruction if self._base_instruction else None
+        return dict(  # the game's keys first, then ours in INFO_KEYS order (cheaper than {**game_info, ...})
+            game_info,
+            instruction=self.instruction if instruction is None else instruction,
+            valid_actions=list(self.fixed_actions if self._base_valid_actions else self.valid_actions),
+            progression=progression,
+            success=progression >= 1.0 if self._base_success else bool(self.success),
+            episode_step=self._episode_step,
+            action=action,
+            action_valid=action_valid,
+            game_reward=game_reward,
+            context="" if self._base_context else str(self.context),
+        )

@@ -33,7 +33,7 @@ import unicodedata
 from functools import lru_cache
 from typing import NamedTuple, Sequence
 
-__all__ = ["extract_action", "action_key", "after_last_marker"]
+__all__ = ["extract_action", "reply_memo", "action_key", "after_last_marker"]
 
 # The word "action" (not part of a longer word), optional markdown closers, then ':' or '=',
 # or a dash followed by whitespace; or BALROG's "<|ACTION|>" tag.
@@ -189,6 +189,17 @@ def extract_action(reply: str, valid_actions: Sequence[str]) -> str | None:
             memo.clear()
         found = memo[reply] = _extract(reply, actions)
     return found
+
+
+def reply_memo(valid_actions: Sequence[str]) -> dict[str, str | None]:
+    """The short replies :func:`extract_action` has parsed against ``valid_actions``, each with the
+    action it gave (or ``None``): filled by it, for a caller that parses many replies against one set
+    to read (one dict lookup in place of a few calls; exact ``str`` replies only, as the memo keeps).
+    An empty dict for a set :func:`extract_action` refuses (it raises at every call)."""
+    try:
+        return _action_table(tuple(valid_actions)).memo
+    except (TypeError, ValueError):
+        return {}
 
 
 def _extract(reply: str, actions: _ActionTable) -> str | None:
