@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 from itertools import compress
+from operator import getitem
 from typing import Any
 
 import numpy as np
@@ -83,8 +84,8 @@ LOST_NOTICE = "Nothing is YOU any more: you lost."
 _OFFSETS: dict[tuple[int, int], str] = {}
 #: (code, dx, dy) -> the object's line, newline first (``"\nkey 1 step to the right"``).
 _LINES: dict[tuple[int, int, int], str] = {}
-#: (board width, cell count, player x, player y) -> {cell index << 8 | top item code: its line}.
-_LINE_TABLES: dict[tuple[int, int, int, int], dict[int, str]] = {}
+#: (board width, cell count, player x, player y) -> the :class:`_CellLines` of each cell (:func:`_cell_lines`).
+_CELL_LINES: dict[tuple[int, int, int, int], list[_CellLines]] = {}
 _BABA = item_code("baba") & KIND_MASK
 #: Observations an env keeps per episode (:meth:`BabaIsAITextEnv.describe`) before it starts afresh.
 TEXT_CACHE_SIZE = 4096
@@ -117,28 +118,30 @@ def _object_line(code: int, dx: int, dy: int) -> str:
     return line
 
 
-def _line_table(width: int, size: int, px: int, py: int) -> dict[int, str]:
-    """The lines of a board ``width`` cells wide with ``size`` cells seen from the player at
-    ``(px, py)``, keyed ``cell index << 8 | top item code`` (item codes are < 256): filled lazily by
-    :func:`_fill_lines`, shared by every board of that size (cached per player position)."""
-    table = _LINE_TABLES.get((width, size, px, py))
-    if table is None:
-        table = _LINE_TABLES[(width, size, px, py)] = {}
-    return table
+class _CellLines(dict):
+    """The lines of the stacks seen on one cell from one player position, ``(dx, dy)`` away, keyed
+    by the stack (its tuple of item codes), each made the first time it is asked for: the line of
+    the top item (:func:`_object_line`), empty for a ``baba`` object (BALROG never lists baba)."""
+
+    __slots__ = ("dx", "dy")
+
+    def __init__(self, dx: int, dy: int) -> None:
+        super().__init__()
+        self.dx, self.dy = dx, dy
+
+    def __missing__(self, stack: tuple[int, ...]) -> str:
+        code = stack[-1]
+        line = self[stack] = "" if code & KIND_MASK == _BABA else _object_line(code, self.dx, self.dy)
+        return line
 
 
-def _fill_lines(table: dict[int, str], keys: list[int], width: int, px: int, py: int) -> list[str]:
-    """The lines of ``keys`` (see :func:`_line_table`), adding the missing ones to ``table``: a
-    ``baba`` object's line is empty (BALROG never lists baba), any other item's is
-    :func:`_object_line` of its offset from ``(px, py)``."""
-    lines = []
-    for key in keys:
-        line = table.get(key)
-        if line is None:
-            idx, code = key >> 8, key & 255
-            line = "" if code & KIND_MASK == _BABA else _object_line(code, idx % width - px, idx // width - py)
-            table[key] = line
-        lines.append(line)
+def _cell_lines(width: int, size: int, px: int, py: int) -> list[_CellLines]:
+    """The :class:`_CellLines` of every cell (row-major) of a board ``width`` cells wide with
+    ``size`` cells, seen from the player at ``(px, py)``; shared by every board of that size."""
+    lines = _CELL_LINES.get((width, size, px, py))
+    if lines is None:
+        lines = [_CellLines(idx % width - px, idx // width - py) for idx in range(size)]
+        _CELL_LINES[(width, size, px, py)] = lines
     return lines
 
 
@@ -198,18 +201,13 @@ def describe_game(game: BabaGame, anchor: tuple[int, int] | None = None) -> str:
         you = game.player()
         lost = you is None
         player = anchor if anchor is not None and lost else (you[:2] if you is not None else (1, 1))
-    px, py = player
-    cells, width = game.cells, game.width
-    size = len(cells)
-    table = _line_table(width, size, px, py)
-    # The top item of every non-empty cell, in row-major order (compress skips the empty tuples at C
-    # speed); baba's lines are empty, so the join leaves them out.
-    keys = [idx << 8 | cells[idx][-1] for idx in compress(range(size), cells)]
-    lines = [table.get(key) for key in keys]
-    if None in lines:
-        lines = _fill_lines(table, keys, width, px, py)
+    cells = game.cells
+    lines = _cell_lines(game.width, len(cells), *player)
+    # The line of every non-empty cell's stack, in row-major order, looked up at C speed (compress
+    # and filter skip the empty tuples); baba's lines are empty, so the join leaves them out.
+    objects = "".join(map(getitem, compress(lines, cells), filter(None, cells)))
     # With no object listed the header ends with a newline; else the first line brings its own.
-    text = _rules_header(game.sentences) + ("".join(lines) or "\n")
+    text = _rules_header(game.sentences) + (objects or "\n")
     return text if not lost else f"{LOST_NOTICE}\n{text}"
 
 
@@ -301,11 +299,14 @@ class BabaIsAITextEnv(TextEnv):
         self.game: BabaGame | None = None
         self.target_plan = ""
         self._outcome = ""
-        self._anchor: tuple[int, int] | None = None
+        # The last player seen, (x, y, code): offsets are taken from its cell once nothing is YOU.
+        self._anchor: tuple[int, int, int] | None = None
         self._level_rng: np.random.RandomState | None = None
         # This episode's texts by board (see describe), and the game they were read from.
         self._texts: dict[tuple, str] = {}
         self._texts_game: BabaGame | None = None
+        self._last_board: tuple | None = None
+        self._last_text = ""
 
     #: ``("idle", "up", "right", "down", "left")`` (BALROG's order).
     fixed_actions = ACTIONS
@@ -329,19 +330,29 @@ class BabaIsAITextEnv(TextEnv):
         While something is YOU the text is a function of the board alone (its cells and the
         sentences read from them), so the episode's texts are kept by board: a random walk comes
         back to a board it has seen on most steps (idle moves, moves into walls, back and forth).
+        A third of its steps leave the board as it was, which a comparison with the last board
+        tells for less than a lookup (the hash of every cell).
         """
-        game = require_episode(self.game)
+        return self._text(require_episode(self.game))
+
+    def _text(self, game: BabaGame) -> str:
+        """:meth:`describe` of ``game``, the current game."""
         player = game.player()
         if player is None:
-            return describe_game(game, self._anchor)
-        self._anchor = player[:2]
-        if game is not self._texts_game or len(self._texts) >= TEXT_CACHE_SIZE:
-            self._texts, self._texts_game = {}, game
-        key = (tuple(game.cells), game.sentences)
-        text = self._texts.get(key)
-        if text is None:
-            text = self._texts[key] = describe_game(game)
-        return text
+            anchor = self._anchor
+            return describe_game(game, None if anchor is None else anchor[:2])
+        self._anchor = player
+        if game is not self._texts_game:
+            self._texts, self._texts_game, self._last_board = {}, game, None
+        board = (tuple(game.cells), game.sentences)
+        if board != self._last_board:
+            text = self._texts.get(board)
+            if text is None:
+                if len(self._texts) >= TEXT_CACHE_SIZE:
+                    self._texts.clear()
+                text = self._texts[board] = describe_game(game)
+            self._last_board, self._last_text = board, text
+        return self._last_text
 
     def _extra_info(self) -> dict[str, Any]:
         return {"target_plan": self.target_plan, "outcome": self._outcome}
@@ -360,10 +371,11 @@ class BabaIsAITextEnv(TextEnv):
         return self.describe(), self._extra_info()
 
     def _step_game(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        player = self.game.player()
+        game = self.game
+        player = game.player()
         if player is not None:  # where offsets are taken from if this step destroys the last YOU
-            self._anchor = player[:2]
-        result = self.game.step(_ACTION_INDEX[action])
+            self._anchor = player
+        result = game.step(_ACTION_INDEX[action])
         reward = 0.0
         if result == WIN:
             self._outcome = "win"
@@ -371,7 +383,7 @@ class BabaIsAITextEnv(TextEnv):
         elif result == LOSE:
             self._outcome = "lose"
             reward = -1.0
-        return self.describe(), reward, result != 0, False, self._extra_info()
+        return self._text(game), reward, result != 0, False, self._extra_info()
 
 
 def make_babaisai(
