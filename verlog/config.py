@@ -329,6 +329,11 @@ class PPOConfig:
     """The PPO update."""
 
     actor_lr: float = _f(1e-6, "actor learning rate (AdamW)")
+    actor_lr_schedule: Dict[int, float] = _f(
+        {}, "later actor learning rates: iteration -> the actor_lr in force from that iteration on (1-based, as "
+        "metrics.jsonl counts), e.g. {441: 3e-4}; {}: actor_lr throughout. Sampling at temperature T moves "
+        "log pi_T 1/T times as far per parameter step, so a lower rollout temperature late may want a "
+        "smaller rate")
     critic_lr: float = _f(1e-5, "critic learning rate (AdamW)")
     weight_decay: float = _f(0.0, "AdamW weight decay for actor and critic")
     epochs: int = _f(1, "passes over each batch")
@@ -359,6 +364,11 @@ class PPOConfig:
     critic_warmup_iterations: int = _f(0, "value-only iterations on rollouts of the untrained policy before the first policy update")
     behaviour_weight_cap: float = _f(5.0, "rollout.max_staleness=1: cap of the importance weight pi_prox / pi_behaviour "
                                           "that scales each stale token's advantage (decoupled PPO objective)")
+
+    def actor_lr_at(self, iteration: int) -> float:
+        """The actor learning rate in force at ``iteration`` (1-based): ``actor_lr``, or the value of the
+        latest ``actor_lr_schedule`` entry at or before ``iteration``."""
+        return scheduled(self.actor_lr, self.actor_lr_schedule, iteration)
 
     def kl_coef_at(self, iteration: int) -> float:
         """The KL weight in force at ``iteration`` (1-based): ``kl_coef``, or the value of the latest

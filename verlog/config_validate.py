@@ -194,7 +194,7 @@ def _schedule_problem(key: str, schedule: dict, what: str, ok: Callable[[float],
 def _schedules_problem(cfg: Any) -> str | None:
     """``gae.gamma_step_schedule``: discounts in [0, 1]; with distance shaping, the envs' shaping discount
     must be fixed (``env.shaping_gamma``): the envs are built once and cannot follow it.
-    ``ppo.kl_coef_schedule``: KL weights >= 0.
+    ``ppo.kl_coef_schedule``: KL weights >= 0; ``ppo.actor_lr_schedule``: learning rates > 0.
     ``rollout.temperature_schedule``: temperatures > 0 (a tempered distribution to train)."""
     schedule = cfg.gae.gamma_step_schedule
     if problem := _schedule_problem("gae.gamma_step_schedule", schedule, "discounts in [0, 1]",
@@ -205,6 +205,9 @@ def _schedules_problem(cfg: Any) -> str | None:
                 "discount is fixed when they are built and cannot follow the schedule)")
     if problem := _schedule_problem("ppo.kl_coef_schedule", cfg.ppo.kl_coef_schedule, "KL weights >= 0",
                                     lambda k: 0.0 <= k and math.isfinite(k)):
+        return problem
+    if problem := _schedule_problem("ppo.actor_lr_schedule", cfg.ppo.actor_lr_schedule, "learning rates > 0",
+                                    lambda lr: 0.0 < lr and math.isfinite(lr)):
         return problem
     return _schedule_problem("rollout.temperature_schedule", cfg.rollout.temperature_schedule,
                              "temperatures > 0", lambda t: t > 0.0 and math.isfinite(t))

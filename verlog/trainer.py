@@ -49,7 +49,7 @@ from verlog.preflight import check_buildable, check_distance_shaping, check_exte
 from verlog.resume import StopSignals, load_rng_states, truncate_metrics
 from verlog.run_dir import prepare_run_dir, run_dir_of
 from verlog.scoring import score_batch
-from verlog.training_models import build_training_models
+from verlog.training_models import build_training_models, set_optimizer_hyperparameters
 from verlog.update import SkippedSteps, TrainingRows, update
 
 __all__ = ["NumericalFault", "Trainer", "newest_checkpoint", "seed_everything"]
@@ -225,6 +225,9 @@ class Trainer:
         temperature = cfg.rollout.policy_temperature_at(it + 1)  # the batch of iteration it is sampled at it
         if cfg.ppo.kl_coef_schedule:  # this iteration's KL weight, in the advantages and the update alike
             cfg = replace(cfg, ppo=replace(cfg.ppo, kl_coef=cfg.ppo.kl_coef_at(it + 1)))
+        if cfg.ppo.actor_lr_schedule:  # this iteration's actor learning rate
+            set_optimizer_hyperparameters(models.actor, lr=cfg.ppo.actor_lr_at(it + 1),
+                                          weight_decay=cfg.ppo.weight_decay)
         with times.phase("rollout"):  # with a batch collected during the last update: the wait for it
             if self.prefetch.pending:
                 (batch, stats, algo_metrics), version = self.prefetch.take()
@@ -282,6 +285,8 @@ class Trainer:
             metrics["gae/gamma_step"] = cfg.gae.gamma_step_at(it + 1)
         if cfg.ppo.kl_coef_schedule:
             metrics["ppo/kl_coef"] = cfg.ppo.kl_coef
+        if cfg.ppo.actor_lr_schedule:
+            metrics["ppo/actor_lr"] = cfg.ppo.actor_lr_at(it + 1)
         if cfg.rollout.temperature_schedule:
             metrics["rollout/temperature"] = cfg.rollout.temperature_at(it + 1)
         if cfg.rollout.max_staleness:
