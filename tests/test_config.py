@@ -37,6 +37,17 @@ def test_overrides_are_typed_and_applied():
     assert cfg.eval.greedy is False
 
 
+def test_a_mapping_value_is_replaced_by_its_override_and_a_section_is_merged():
+    # A schedule on the command line is the whole schedule (the recipe's entries do not stay in force);
+    # a section given as a mapping sets only the keys it names.
+    recipe = "balrog_babyai_cpu"
+    assert load_recipe(recipe).rollout.temperature_schedule == {401: 0.5}
+    assert load_recipe(recipe, ["rollout.temperature_schedule={}"]).rollout.temperature_schedule == {}
+    assert load_recipe(recipe, ["rollout.temperature_schedule={451: 0.3}"]).rollout.temperature_schedule == {451: 0.3}
+    cfg = load_recipe(recipe, ["memory={history_turns: 2}"])
+    assert cfg.memory.history_turns == 2 and cfg.memory.reply_prefix == "ACTION: "
+
+
 def test_parse_overrides_values():
     assert parse_overrides(["a.b=1", "c=none", "d=[1, 2]", "e=x=y"]) == {"a.b": 1, "c": None, "d": [1, 2], "e": "x=y"}
 

@@ -581,8 +581,12 @@ def _check_shape(data: Any, cls: type, prefix: str) -> None:
         _check_shape(value, section, dotted + ".")
 
 
-def _check_override_key(key: str, value: Any) -> None:
+def _check_override_key(key: str, value: Any) -> bool:
     """The dotted ``key`` of an override names a field, and a section gets a mapping.
+
+    Returns:
+        True when ``key`` names a section (its mapping is merged into the section's keys), False when it
+        names a value (a mapping-valued field such as a schedule is replaced whole).
 
     Raises:
         ConfigError: one line naming the key.
@@ -597,27 +601,32 @@ def _check_override_key(key: str, value: Any) -> None:
         if fields[name] is None:
             if i < len(parts) - 1:
                 raise ConfigError(f"{key}: {dotted} is a value, not a section with keys")
-            return
+            return False
         cls = fields[name]
     if not isinstance(value, dict):
         raise ConfigError(f"{key}: expected a section (a mapping of its keys, e.g. {key}.<key>=...), got {value!r}")
     _check_shape(value, cls, key + ".")
+    return True
 
 
 def build_config(data: dict[str, Any], overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Merge a recipe mapping and dotted overrides onto the defaults and validate.
 
+    An override of a section (``memory={history_turns: 2}``) sets only the keys it names; an override of
+    a value replaces it whole, a mapping-valued one included (``rollout.temperature_schedule={}`` clears
+    the recipe's schedule).
+
     Raises:
         ConfigError: unknown key, wrong type or invalid value (one line naming the key).
     """
     _check_shape(data or {}, TrainConfig, "")
-    for key, value in (overrides or {}).items():
-        _check_override_key(key, value)
+    sections = {key: _check_override_key(key, value) for key, value in (overrides or {}).items()}
     schema = OmegaConf.structured(TrainConfig)
     try:
         merged = OmegaConf.merge(schema, OmegaConf.create(data or {}))
         for key, value in (overrides or {}).items():
-            OmegaConf.update(merged, key, value, merge=True, force_add=False)
+            # a section's mapping sets the keys it names; any other value (a schedule too) replaces
+            OmegaConf.update(merged, key, value, merge=sections[key], force_add=False)
         if OmegaConf.missing_keys(merged):
             raise ConfigError(f"{sorted(OmegaConf.missing_keys(merged))[0]}: a value is required")
         cfg = OmegaConf.to_object(merged)
