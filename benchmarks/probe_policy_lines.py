@@ -28,12 +28,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from action_scores import action_distribution, action_replies  # noqa: E402
 from verlog import builders  # noqa: E402
 from verlog.config import load_recipe  # noqa: E402
-from verlog.memory.base import completion_of  # noqa: E402
 from verlog.models import load_actor, load_tokenizer  # noqa: E402
-from verlog.scoring import pack_pairs, policy_outputs  # noqa: E402
-from verlog.warmup import format_reply  # noqa: E402
 
 ACTIONS = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
 LINES = ("a wall 1 step forward", "a wall 6 steps forward", "a wall 2 steps left", "a red ball 3 steps right",
@@ -62,19 +61,14 @@ def main() -> int:
     memory = builders.memory_factory(cfg.memory, tokenizer)()
     instruction = (f"Your goal is to {args.mission}. Actions: {', '.join(ACTIONS)}. "
                    "Reply with ACTION: <action>.")
-    replies = [tokenizer.encode(completion_of(memory.reply_prefix, format_reply(a)), add_special_tokens=False)
-               + [tokenizer.eos_token_id] for a in ACTIONS]
+    replies = action_replies(tokenizer, memory.reply_prefix, ACTIONS)
     cache: dict[str, torch.Tensor] = {}
 
     def distribution(observation: str) -> torch.Tensor:
         """[6] the policy's probabilities of the actions' replies after ``observation``, renormalised."""
         if observation not in cache:
             memory.start_episode(instruction, observation)
-            prompt = memory.prompt_ids()[0]
-            rows = pack_pairs([prompt] * len(ACTIONS), replies, tokenizer.pad_token_id)
-            with torch.no_grad():
-                logprobs, _ = policy_outputs(model, rows)
-            cache[observation] = torch.softmax((logprobs * rows.response_mask).sum(-1), 0)
+            cache[observation] = action_distribution(model, memory.prompt_ids()[0], replies, tokenizer.pad_token_id)
         return cache[observation]
 
     first, last = [], []
