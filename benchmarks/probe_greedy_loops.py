@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from action_scores import action_distribution, action_replies  # noqa: E402
 from verlog import builders  # noqa: E402
-from verlog.checkpointing import CheckpointError, read_trainer_state  # noqa: E402
+from verlog.checkpointing import trained_iterations  # noqa: E402
 from verlog.config import load_recipe  # noqa: E402
 from verlog.engine_lifecycle import make_rollout_engine  # noqa: E402
 from verlog.envs import make_env  # noqa: E402
@@ -141,14 +141,6 @@ class LoopState:
         return max(((a, p) for a, p in zip(ACTIONS, self.probs) if a != self.action), key=lambda x: x[1])
 
 
-def checkpoint_iteration(model_dir: Path) -> int | None:
-    """The iterations the checkpoint above an ``actor/`` directory was trained through, or None."""
-    try:
-        return read_trainer_state(model_dir.parent)["iteration"] if model_dir.name == "actor" else None
-    except CheckpointError:
-        return None
-
-
 def median(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.2f}" if values else "n/a"
 
@@ -168,7 +160,7 @@ def main() -> int:
     model_dir = Path(args.model) / "actor" if (Path(args.model) / "actor").is_dir() else Path(args.model)
     recipe = args.recipe or str(Path(args.model).resolve().parents[1] / "config.yaml")
     cfg = load_recipe(recipe)
-    iteration = checkpoint_iteration(model_dir)
+    iteration = trained_iterations(model_dir)
     temperature = args.temperature if args.temperature is not None else (
         cfg.rollout.policy_temperature_at(iteration) if iteration else cfg.rollout.temperature or 1.0)
 

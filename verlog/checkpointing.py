@@ -52,7 +52,7 @@ from verlog.resume import read_rng_states, save_rng_states
 from verlog.safe_load import UnsafeCheckpointFile, load_torch_state
 from verlog.vision import copy_image_processor
 
-__all__ = ["CHECKPOINT_MARKER", "GENERATOR_NAMES", "CheckpointError", "checkpoint_dir", "checkpoint_problem",
+__all__ = ["CHECKPOINT_MARKER", "trained_iterations", "GENERATOR_NAMES", "CheckpointError", "checkpoint_dir", "checkpoint_problem",
            "complete_checkpoints", "newest_checkpoint", "prune_checkpoints", "read_rank_state", "read_trainer_state",
            "save_checkpoint", "select_checkpoint"]
 
@@ -196,6 +196,17 @@ def read_trainer_state(ckpt: Path) -> dict[str, Any]:
     if state["iteration"] < 0:
         raise CheckpointError(f"trainer_state.json: iteration {state['iteration']} < 0")
     return state
+
+
+def trained_iterations(model_dir: Path) -> int | None:
+    """The iterations a checkpoint's ``actor/`` directory was trained through (the ``iteration`` of the
+    checkpoint's ``trainer_state.json``), or None for a model that is not a readable checkpoint's actor."""
+    if model_dir.name != "actor" or not (model_dir.parent / "trainer_state.json").is_file():
+        return None
+    try:
+        return read_trainer_state(model_dir.parent)["iteration"]
+    except CheckpointError:
+        return None
 
 
 def read_rank_state(ckpt: Path, rank: int) -> dict[str, Any]:

@@ -267,7 +267,9 @@ def eval_main(argv: list[str] | None = None) -> None:
         sampling = sampling_params(cfg.rollout, greedy=cfg.eval.greedy)
         from dataclasses import replace
 
-        trained_through = _checkpoint_iteration(Path(str(model_dir)))
+        from verlog.checkpointing import trained_iterations
+
+        trained_through = trained_iterations(Path(str(model_dir)))
         if trained_through and not any(o.startswith("rollout.temperature=") for o in overrides):
             sampling = replace(sampling, temperature=cfg.rollout.temperature_at(trained_through))
 
@@ -315,19 +317,6 @@ def eval_main(argv: list[str] | None = None) -> None:
     o = summary["overall"]
     print(f"{'overall':<10} {o['progression']:6.2f} % ± {o['se']:.2f}  ({o['envs']} envs)")
     print(f"written: {out}/episodes.jsonl, summary.json, summary.csv")
-
-
-def _checkpoint_iteration(model_dir: Path) -> int | None:
-    """The iterations a checkpoint's actor directory was trained through (its ``trainer_state.json``),
-    or None for a model that is not a readable checkpoint's actor."""
-    from verlog.checkpointing import CheckpointError, read_trainer_state
-
-    if model_dir.name != "actor" or not (model_dir.parent / "trainer_state.json").is_file():
-        return None
-    try:
-        return read_trainer_state(model_dir.parent)["iteration"]
-    except CheckpointError:
-        return None
 
 
 def _resolve_checkpoint(path: Path) -> tuple[Path, Path | None]:
