@@ -282,7 +282,9 @@ class BabyAITextEnv(TextEnv):
             raise ValueError(f"shaping_gamma must be in [0, 1], got {shaping_gamma}")
         self.distance_shaping = float(distance_shaping)
         self.shaping_gamma = float(shaping_gamma)
-        self._revisits = RevisitPenalty(revisit_penalty) if revisit_penalty else None
+        self._mission: str | None = None  # set by each reset
+        self._revisits: RevisitPenalty | None = None
+        self.set_revisit_penalty(revisit_penalty)
         self._build_instruction = instruction_builder(INSTRUCTION_STYLES, instruction_style)
         kwargs = dict(level_kwargs or {})
         if "max_steps" in kwargs:
@@ -290,7 +292,6 @@ class BabyAITextEnv(TextEnv):
         self.minigrid: MiniGridEnv = _build_level(level, max_steps, kwargs)
         side = self.minigrid.agent_view_size * image_tile_px
         self.enable_images(observation_mode, (side, side))
-        self._mission: str | None = None
         self._success = False
         self.rejected_layouts = 0
 
@@ -356,6 +357,24 @@ class BabyAITextEnv(TextEnv):
         if self._revisits is not None:
             self._revisits.reset(self.state_key)
         return render_view(obs["image"], self.text_style), {"mission": self._mission}
+
+    def set_revisit_penalty(self, cost: float) -> None:
+        """Change the cost of a revisiting step (``revisit_penalty`` of the constructor) from the next step on.
+
+        An env that has the cost keeps the states its episode has seen; one built without it (cost 0)
+        starts remembering them now, from the current state when an episode is under way, so a cost
+        switched on mid-episode counts revisits from there. 0 keeps the tracker (it charges nothing).
+
+        Raises:
+            ValueError: ``cost`` negative or not finite.
+        """
+        if self._revisits is not None:
+            self._revisits.cost = cost
+        elif cost != 0.0:  # RevisitPenalty refuses a negative or non-finite cost
+            revisits = RevisitPenalty(cost)
+            if self._mission is not None:  # an episode is under way
+                revisits.reset(self.state_key)
+            self._revisits = revisits
 
     def _potential(self) -> float:
         """Phi of the current state: -distance_shaping x :func:`mission_distance` (reward units)."""

@@ -181,6 +181,17 @@ class TaskMixture(TextEnv):
     def parse_action(self, reply: str) -> str | None:
         return self.env.parse_action(reply)
 
+    def set_revisit_penalty(self, cost: float) -> None:
+        """Set the revisit cost of every task's env (all are built with the mixture, so a task drawn later
+        has it too); see :meth:`verlog.envs.babyai.BabyAITextEnv.set_revisit_penalty`.
+
+        Raises:
+            AttributeError: a task's env has no revisit cost. ValueError: ``cost`` negative or not finite
+                (refused by the first env, before any is changed).
+        """
+        for env in self._envs:
+            env.set_revisit_penalty(cost)  # type: ignore[attr-defined]
+
     def close(self) -> None:
         """Close every task's env."""
         for env in self._envs:

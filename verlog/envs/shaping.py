@@ -59,17 +59,27 @@ class RevisitPenalty:
     critic sees it as noise where a policy only sometimes loops.
 
     Args:
-        cost: c >= 0, reward units per revisiting step (0: off).
+        cost: c >= 0, reward units per revisiting step (0: off); settable, validated alike (a new cost
+            applies from the next step; the states seen so far are kept).
 
     Raises:
         ValueError: ``cost`` negative or not finite.
     """
 
     def __init__(self, cost: float) -> None:
+        self.cost = cost
+        self._seen: set[bytes] = set()
+
+    @property
+    def cost(self) -> float:
+        """c, reward units per revisiting step."""
+        return self._cost
+
+    @cost.setter
+    def cost(self, cost: float) -> None:
         if not (math.isfinite(cost) and cost >= 0.0):
             raise ValueError(f"revisit_penalty must be a finite number >= 0, got {cost}")
-        self.cost = float(cost)
-        self._seen: set[bytes] = set()
+        self._cost = float(cost)
 
     def reset(self, key: bytes) -> None:
         """Start an episode in the state ``key``."""

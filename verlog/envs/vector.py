@@ -61,6 +61,12 @@ class TextVectorEnv(VectorWrapper):
         self._has_reset = True
         return self.env.reset(seed=seed, options=options)
 
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call the method ``name`` of every sub-env (found through its wrappers, in its worker process when
+        async) with ``args`` and ``kwargs``; one result per env. gymnasium's ``VectorWrapper`` does not
+        forward ``call``."""
+        return self.env.call(name, *args, **kwargs)
+
     def step(self, actions: Sequence[str]):
         """Step every env with one reply string each.
 
