@@ -142,6 +142,17 @@ class EnvConfig:
         "was in earlier in the episode (a no-op action, a full turn on the spot, walking back), so that loops a "
         "greedy policy would repeat cost return; shortest paths never revisit, so the task's optimal policies "
         "stay optimal (0: off)")
+    revisit_penalty_schedule: Dict[int, float] = _f(
+        {}, "later revisit costs: iteration -> the revisit_penalty in force from that iteration on (1-based, as "
+        "metrics.jsonl counts), e.g. {401: 0.25}; {}: revisit_penalty throughout. Set at the start of each "
+        "iteration on every training env (restarted ones included; a cost switched on mid-episode counts "
+        "revisits from there). A higher cost late in a run presses on the near-tied actions that make a greedy "
+        "policy loop; BabyAI tasks only")
+
+    def revisit_penalty_at(self, iteration: int) -> float:
+        """The revisit cost in force at ``iteration`` (1-based): ``revisit_penalty``, or the value of the
+        latest ``revisit_penalty_schedule`` entry at or before ``iteration``."""
+        return scheduled(self.revisit_penalty, self.revisit_penalty_schedule, iteration)
 
     def env_kwargs(self, *, shaping_gamma: Optional[float] = None) -> dict[str, Any]:
         """Keyword arguments of :func:`verlog.envs.make_env` for this config (defaults left out).

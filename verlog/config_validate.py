@@ -195,6 +195,8 @@ def _schedules_problem(cfg: Any) -> str | None:
     """``gae.gamma_step_schedule``: discounts in [0, 1]; with distance shaping, the envs' shaping discount
     must be fixed (``env.shaping_gamma``): the envs are built once and cannot follow it.
     ``ppo.kl_coef_schedule``: KL weights >= 0; ``ppo.actor_lr_schedule``: learning rates > 0.
+    ``env.revisit_penalty_schedule``: costs >= 0 (whether the envs have the cost is checked by
+    :func:`verlog.preflight.check_distance_shaping`).
     ``rollout.temperature_schedule``: temperatures > 0 (a tempered distribution to train)."""
     schedule = cfg.gae.gamma_step_schedule
     if problem := _schedule_problem("gae.gamma_step_schedule", schedule, "discounts in [0, 1]",
@@ -208,6 +210,9 @@ def _schedules_problem(cfg: Any) -> str | None:
         return problem
     if problem := _schedule_problem("ppo.actor_lr_schedule", cfg.ppo.actor_lr_schedule, "learning rates > 0",
                                     lambda lr: 0.0 < lr and math.isfinite(lr)):
+        return problem
+    if problem := _schedule_problem("env.revisit_penalty_schedule", cfg.env.revisit_penalty_schedule,
+                                    "costs >= 0", lambda c: 0.0 <= c and math.isfinite(c)):
         return problem
     return _schedule_problem("rollout.temperature_schedule", cfg.rollout.temperature_schedule,
                              "temperatures > 0", lambda t: t > 0.0 and math.isfinite(t))

@@ -93,34 +93,52 @@ def check_state_keys(cfg: TrainConfig) -> None:
 
 
 def check_distance_shaping(cfg: TrainConfig) -> None:
-    """``env.distance_shaping`` and ``env.revisit_penalty`` need a training env that has them (a BabyAI
-    task); builds one env of ``env.task`` with each that is on and resets it to find out (nothing to
-    check when both are off).
+    """``env.distance_shaping``, ``env.revisit_penalty`` and ``env.revisit_penalty_schedule`` need a
+    training env that has them (a BabyAI task); builds one env of ``env.task`` with each that is on and
+    resets it to find out (nothing to check when all are off). A schedule also needs the env's
+    ``set_revisit_penalty``, which the trainer calls with each scheduled cost.
 
     Raises:
         ConfigError: one line naming the key and the task.
     """
+    schedule = cfg.env.revisit_penalty_schedule
     if cfg.agent.loop != "env":
+        if schedule:
+            raise ConfigError(f"env.revisit_penalty_schedule: agent.loop {cfg.agent.loop} has no training envs "
+                              "with a revisit cost; leave it empty")
         return
     from verlog.envs.registry import make_env
 
     kwargs = cfg.env.env_kwargs(shaping_gamma=cfg.gae.gamma_step)
     shaping = {"distance_shaping": {"distance_shaping", "shaping_gamma"}, "revisit_penalty": {"revisit_penalty"}}
-    for name, own in shaping.items():
-        if name not in kwargs:
-            continue
+    tries = [(name, own, {}) for name, own in shaping.items() if name in kwargs]
+    if schedule:  # built with its cost, 0 or not: an env without one refuses the argument
+        tries.append(("revisit_penalty_schedule", shaping["revisit_penalty"],
+                      {"revisit_penalty": cfg.env.revisit_penalty}))
+    for name, own, extra in tries:
         others = set().union(*shaping.values()) - own  # each is tried alone, so the message names the right key
         try:
-            env = make_env(cfg.env.task, **{k: v for k, v in kwargs.items() if k not in others})
+            env = make_env(cfg.env.task, **{**{k: v for k, v in kwargs.items() if k not in others}, **extra})
         except TypeError:
             raise ConfigError(f"env.{name}: {cfg.env.task} has no {name.replace('_', ' ')} (BabyAI's tasks "
                               "have)") from None
+        setter = None
         try:
             env.reset(seed=0)
+            if name == "revisit_penalty_schedule":  # found as the vector env's call finds it, through wrappers
+                try:
+                    setter = env.get_wrapper_attr("set_revisit_penalty")
+                except AttributeError:
+                    setter = None  # refused below
+                for cost in schedule.values() if setter is not None else ():
+                    setter(cost)
         except ValueError as exc:
             raise ConfigError(f"env.{name}: {cfg.env.task}: {exc}") from None
         finally:
             env.close()
+        if name == "revisit_penalty_schedule" and setter is None:
+            raise ConfigError(f"env.{name}: {cfg.env.task} cannot change its revisit penalty during a run (it has "
+                              "no set_revisit_penalty)")
 
 
 def check_task_weights(cfg: TrainConfig) -> None:

@@ -289,6 +289,8 @@ class Trainer:
             metrics["ppo/actor_lr"] = cfg.ppo.actor_lr_at(it + 1)
         if cfg.rollout.temperature_schedule:
             metrics["rollout/temperature"] = cfg.rollout.temperature_at(it + 1)
+        if cfg.env.revisit_penalty_schedule:
+            metrics["env/revisit_penalty"] = cfg.env.revisit_penalty_at(it + 1)
         if cfg.rollout.max_staleness:
             metrics["rollout/staleness"] = float(staleness)
         for message in stats.env_fault_messages:
@@ -299,9 +301,14 @@ class Trainer:
         return metrics
 
     def _sample_at(self, it: int) -> None:
-        """Set the collector's sampling temperature to that of iteration ``it`` (0-based)."""
+        """Set the collector's sampling temperature, and with ``env.revisit_penalty_schedule`` its training
+        envs' revisit cost, to those of iteration ``it`` (0-based), before its batch is collected. The cost
+        is set on every env each time (idempotent), so an env rebuilt after a fault and a resumed run's
+        envs get it too."""
         sampling = self.collector.sampling
         self.collector.sampling = replace(sampling, temperature=self.cfg.rollout.temperature_at(it + 1))
+        if self.cfg.env.revisit_penalty_schedule:  # through the wrappers to each env, in its worker process
+            self.collector.venv.call("set_revisit_penalty", self.cfg.env.revisit_penalty_at(it + 1))
 
     def _collect_ahead(self, it: int) -> bool:
         """Whether iteration ``it`` collects the next batch during its update (``rollout.max_staleness=1``):
