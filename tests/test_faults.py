@@ -133,3 +133,27 @@ def test_worker_killed_from_outside_between_calls_is_replaced(when):
         assert count_faults(infos).faults == 0 and not trunc.any()
     finally:
         vec.close()
+
+
+def test_worker_dead_at_a_call_gives_none_there_and_the_next_step_replaces_it():
+    # A call (e.g. the trainer setting a scheduled revisit cost) reaching a worker killed between steps
+    # does not raise: that env's result is None, and the next step restarts it as a counted fault step.
+    import os
+    import signal
+
+    vec = make_vector_env("test/count", 2, seed=5, mode="async", env_kwargs={"max_steps": 50}, step_timeout_s=2.0)
+    try:
+        vec.reset()
+        vec.step(["wait", "wait"])
+        assert vec.call("max_steps") == (50, 50)
+        worker = vec.unwrapped.processes[1]
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(timeout=10)
+        assert vec.call("max_steps") == (50, None)
+        obs, rew, term, trunc, infos = vec.step(["wait", "wait"])
+        assert trunc.tolist() == [False, True] and obs[1] == "count 0"
+        counts = count_faults(infos)
+        assert (counts.faults, counts.restarts) == (1, 1) and "worker 1 died" in counts.messages[0]
+        assert vec.call("max_steps") == (50, 50)  # healthy afterwards
+    finally:
+        vec.close()

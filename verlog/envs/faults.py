@@ -283,7 +283,10 @@ class SupervisedAsyncVectorEnv(AsyncVectorEnv):
 
     def _send(self, i: int, message: tuple[str, Any]) -> None:
         """Send a command to worker ``i``; a worker that is already gone (killed between calls: the pipe is
-        broken) is remembered and replaced by the next ``*_wait`` instead of failing the whole vector env."""
+        broken) is remembered and replaced by the next ``*_wait`` instead of failing the whole vector env.
+        A worker already known to be gone is not sent to (the first reason is kept)."""
+        if i in self._unsent:
+            return
         try:
             self.parent_pipes[i].send(message)
         except (BrokenPipeError, ConnectionError, EOFError, OSError) as err:
@@ -335,6 +338,36 @@ class SupervisedAsyncVectorEnv(AsyncVectorEnv):
         for i, action in enumerate(iterate(self.action_space, actions)):
             self._send(i, ("step", action))
         self._state = AsyncState.WAITING_STEP
+
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """As gymnasium's, but a worker found dead when the call is sent is left for :meth:`call_wait`
+        instead of raising ``BrokenPipeError``."""
+        self._assert_is_running()
+        if self._state != AsyncState.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"Calling `call_async` while waiting for a pending call to `{self._state.value}` to complete.",
+                str(self._state.value))
+        for i in range(self.num_envs):
+            self._send(i, ("_call", (name, args, kwargs)))
+        self._state = AsyncState.WAITING_CALL
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """Gather every worker's result of the call; ``None`` for a worker that died, hung past the
+        backstop or raised. That worker is killed (a hung one could answer later, out of turn) and
+        replaced by the next step, whose result for it is a truncated fault step (logged and counted
+        like any fault there)."""
+        self._assert_is_running()
+        deadline = None if self.backstop_s is None else time.monotonic() + self.backstop_s
+        results = []
+        for i in range(self.num_envs):
+            result, reason = self._gather(i, deadline)
+            if reason:
+                log.warning("environment fault during a call: %s", reason)
+                self._kill_worker(i)
+                self._unsent[i] = reason  # the next step_wait restarts it
+            results.append(result)
+        self._state = AsyncState.DEFAULT
+        return tuple(results)
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Gather every worker's reset; a dead/stuck worker is replaced (counted in its info)."""
