@@ -10,6 +10,7 @@ is the softmax of the scores over the actions, i.e. P(reply a) / sum over b of P
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -17,6 +18,7 @@ from typing import Any, Sequence
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+from verlog.config import TrainConfig, load_recipe  # noqa: E402
 from verlog.memory.base import completion_of  # noqa: E402
 from verlog.scoring import pack_pairs, policy_outputs  # noqa: E402
 from verlog.warmup import format_reply  # noqa: E402
@@ -40,3 +42,24 @@ def action_distribution(model: Any, prompt: Sequence[int], replies: Sequence[Seq
     with torch.no_grad():
         logprobs, _ = policy_outputs(model, rows, temperature=temperature)
     return torch.softmax((logprobs.cpu() * rows.response_mask).sum(-1), 0)
+
+
+def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """The probes' common arguments: the checkpoint (``model``), ``--recipe`` and ``--threads``."""
+    parser.add_argument("model", help="a checkpoint directory (its actor/ is loaded) or a model directory")
+    parser.add_argument("--recipe", default=None, help="recipe name or YAML (default: the run's config.yaml)")
+    parser.add_argument("--threads", type=int, default=1)
+
+
+def checkpoint_and_recipe(args: argparse.Namespace) -> tuple[Path, TrainConfig]:
+    """Set torch's threads to ``args.threads``; return the model directory (a checkpoint's ``actor/``,
+    or ``args.model`` itself) and the recipe (``args.recipe``, default the ``config.yaml`` two levels
+    above the checkpoint, where ``verlog-train`` writes it).
+
+    Raises:
+        verlog.config.ConfigError: the recipe is missing or invalid.
+    """
+    torch.set_num_threads(args.threads)
+    model_dir = Path(args.model) / "actor" if (Path(args.model) / "actor").is_dir() else Path(args.model)
+    recipe = args.recipe or str(Path(args.model).resolve().parents[1] / "config.yaml")
+    return model_dir, load_recipe(recipe)

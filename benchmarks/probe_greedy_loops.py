@@ -36,14 +36,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from action_scores import action_distribution, action_replies  # noqa: E402
+from action_scores import (action_distribution, action_replies, add_checkpoint_arguments,  # noqa: E402
+                           checkpoint_and_recipe)
 from verlog import builders  # noqa: E402
 from verlog.checkpointing import trained_iterations  # noqa: E402
-from verlog.config import load_recipe  # noqa: E402
 from verlog.engine_lifecycle import make_rollout_engine  # noqa: E402
 from verlog.envs import make_env  # noqa: E402
 from verlog.envs.babyai import BABYAI_ACTIONS  # noqa: E402
@@ -147,19 +145,14 @@ def median(values: Sequence[float]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model", help="a checkpoint directory (its actor/ is loaded) or a model directory")
-    parser.add_argument("--recipe", default=None, help="recipe name or YAML (default: the run's config.yaml)")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--episodes", type=int, default=20, help="greedy episodes per task")
     parser.add_argument("--seed", type=int, default=100_000, help="seed of each task's first episode")
     parser.add_argument("--temperature", type=float, default=None,
                         help="temperature the loop states are scored at (default: the run's sampling temperature)")
     parser.add_argument("--examples", type=int, default=3, help="example loop states to print")
-    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    model_dir = Path(args.model) / "actor" if (Path(args.model) / "actor").is_dir() else Path(args.model)
-    recipe = args.recipe or str(Path(args.model).resolve().parents[1] / "config.yaml")
-    cfg = load_recipe(recipe)
+    model_dir, cfg = checkpoint_and_recipe(args)
     iteration = trained_iterations(model_dir)
     temperature = args.temperature if args.temperature is not None else (
         cfg.rollout.policy_temperature_at(iteration) if iteration else cfg.rollout.temperature or 1.0)

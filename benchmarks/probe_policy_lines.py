@@ -29,9 +29,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from action_scores import action_distribution, action_replies  # noqa: E402
+from action_scores import (action_distribution, action_replies, add_checkpoint_arguments,  # noqa: E402
+                           checkpoint_and_recipe)
 from verlog import builders  # noqa: E402
-from verlog.config import load_recipe  # noqa: E402
 from verlog.models import load_actor, load_tokenizer  # noqa: E402
 
 ACTIONS = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
@@ -48,15 +48,10 @@ def total_variation(p: torch.Tensor, q: torch.Tensor) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model", help="a checkpoint directory (its actor/ is loaded) or a model directory")
-    parser.add_argument("--recipe", default=None, help="recipe name or YAML (default: the run's config.yaml)")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--mission", default="go to the grey key")
-    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    model_dir = Path(args.model) / "actor" if (Path(args.model) / "actor").is_dir() else Path(args.model)
-    recipe = args.recipe or str(Path(args.model).resolve().parents[1] / "config.yaml")
-    cfg = load_recipe(recipe)
+    model_dir, cfg = checkpoint_and_recipe(args)
     tokenizer, model = load_tokenizer(model_dir), load_actor(model_dir).eval()
     memory = builders.memory_factory(cfg.memory, tokenizer)()
     instruction = (f"Your goal is to {args.mission}. Actions: {', '.join(ACTIONS)}. "

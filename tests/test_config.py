@@ -1,5 +1,6 @@
 """Config: recipes, overrides, validation and the one-line errors of the CLI."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,30 @@ def test_a_mapping_value_is_replaced_by_its_override_and_a_section_is_merged():
     assert load_recipe(recipe, ["rollout.temperature_schedule={451: 0.3}"]).rollout.temperature_schedule == {451: 0.3}
     cfg = load_recipe(recipe, ["memory={history_turns: 2}"])
     assert cfg.memory.history_turns == 2 and cfg.memory.reply_prefix == "ACTION: "
+
+
+@pytest.mark.parametrize("override, problem", [
+    ("ppo.actor_lr_schedule={0: 1e-4}", "iterations >= 1"),
+    ("ppo.actor_lr_schedule={5: 0}", "learning rates > 0"),
+    ("ppo.actor_lr_schedule={5: -1e-4}", "learning rates > 0"),
+    ("ppo.actor_lr_schedule={5: .nan}", "learning rates > 0"),
+    ("ppo.kl_coef_schedule={0: 0.1}", "iterations >= 1"),
+    ("ppo.kl_coef_schedule={5: -0.1}", "KL weights >= 0"),
+    ("ppo.kl_coef_schedule={5: .inf}", "KL weights >= 0"),
+    ("rollout.temperature_schedule={0: 0.5}", "iterations >= 1"),
+    ("rollout.temperature_schedule={5: 0}", "temperatures > 0"),
+    ("rollout.temperature_schedule={5: -0.5}", "temperatures > 0"),
+    # YAML reads 201:0.5 as one base-60 number with no value: a hint, not a type error about 12060.5
+    ("rollout.temperature_schedule={201:0.5}", "a space after each colon"),
+    ("env.revisit_penalty_schedule={0: 0.1}", "iterations >= 1"),
+    ("env.revisit_penalty_schedule={5: -0.1}", "costs >= 0"),
+    ("env.revisit_penalty_schedule={5: .nan}", "costs >= 0"),
+    ("env.revisit_penalty_schedule={5: .inf}", "costs >= 0"),
+])
+def test_a_bad_schedule_is_one_line_naming_the_key(override, problem):
+    key = override.partition("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: .*{re.escape(problem)}"):
+        load_recipe("tiny", [override])
 
 
 def test_parse_overrides_values():
