@@ -225,6 +225,15 @@ def red_ball(env: Any) -> tuple[int, int]:
     return hits[0]
 
 
+#: ``verlog-train tiny`` shrunk to seconds a run (4 envs x 4 turns, one epoch of one minibatch, a 5-step
+#: format warm-up, 2 evaluation episodes, no critic warm-up): the schedule tests add the iterations,
+#: the vector mode and the keys they test.
+SHRUNK_TINY_RUN = ("ppo.critic_warmup_iterations=0", "env.num_envs=4", "rollout.turns_per_env=4", "ppo.epochs=1",
+                   "ppo.minibatches=1", "ppo.micro_batch_size=16", "format_warmup.steps=5", "format_warmup.episodes=2",
+                   "model.tiny.corpus_episodes=10", "eval.episodes=2", "eval.num_envs=2", "eval.baseline=false",
+                   "logging.progress=false")
+
+
 def train_cli(recipe: str, *args: str, timeout: int = 600, check: bool = True,
               env: dict[str, str] | None = None) -> Any:
     """Run ``verlog-train <recipe> <args>`` in a subprocess (output captured as text) and return it.

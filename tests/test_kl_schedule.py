@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import train_cli
+from helpers import SHRUNK_TINY_RUN, train_cli
 from verlog.config import load_recipe
 from verlog.logging import read_metrics
 
@@ -32,10 +32,7 @@ def test_the_reference_is_needed_where_any_iteration_weighs_it(overrides, uses):
 def test_a_run_weighs_the_kl_from_the_scheduled_iteration(tmp_path):
     """kl_coef 0 with {3: 0.1}: iterations 1-2 have no KL term (no actor/kl_ref), iteration 3 has one, and
     it is not 0 (the actor has moved from the reference by then), so the reference was loaded."""
-    train_cli("tiny", "iterations=3", "ppo.critic_warmup_iterations=0", "env.num_envs=4", "env.vector_mode=sync",
-              "rollout.turns_per_env=4", "ppo.epochs=1", "ppo.minibatches=1", "ppo.micro_batch_size=16",
-              "format_warmup.steps=5", "format_warmup.episodes=2", "model.tiny.corpus_episodes=10",
-              "eval.episodes=2", "eval.num_envs=2", "eval.baseline=false", "logging.progress=false",
+    train_cli("tiny", "iterations=3", "env.vector_mode=sync", *SHRUNK_TINY_RUN,
               "ppo.kl_coef=0", "ppo.kl_coef_schedule={3: 0.1}",
               f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=klsched")
     rows = read_metrics(tmp_path / "klsched" / "metrics.jsonl")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from safetensors.torch import load_file
 
-from helpers import train_cli
+from helpers import SHRUNK_TINY_RUN, train_cli
 from verlog.config import load_recipe
 from verlog.logging import read_metrics
 
@@ -31,10 +31,7 @@ def _moved(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 def test_the_optimizer_steps_with_the_scheduled_rate(tmp_path):
     """actor_lr 1e-3 with {2: 1e-12, 3: 1e-3}: the actor moves in iterations 1 and 3, and in 2 by no more
     than a rate of 1e-12 allows (Adam's step is at most about the rate per parameter)."""
-    train_cli("tiny", "iterations=3", "ppo.critic_warmup_iterations=0", "env.num_envs=4", "env.vector_mode=sync",
-              "rollout.turns_per_env=4", "ppo.epochs=1", "ppo.minibatches=1", "ppo.micro_batch_size=16",
-              "format_warmup.steps=5", "format_warmup.episodes=2", "model.tiny.corpus_episodes=10",
-              "eval.episodes=2", "eval.num_envs=2", "eval.baseline=false", "logging.progress=false",
+    train_cli("tiny", "iterations=3", "env.vector_mode=sync", *SHRUNK_TINY_RUN,
               "checkpoint_every=1", "ppo.actor_lr=1e-3", "ppo.actor_lr_schedule={2: 1e-12, 3: 1e-3}",
               f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=lrsched")
     run = tmp_path / "lrsched"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import train_cli
+from helpers import SHRUNK_TINY_RUN, train_cli
 from verlog.config import ConfigError, load_recipe
 from verlog.envs import make_env
 from verlog.envs.vector import make_vector_env
@@ -102,10 +102,7 @@ def test_a_run_follows_the_schedule(tmp_path):
     [-0.1, 1]; the untrained policy's no-ops and turns revisit), and metrics.jsonl logs the cost in force."""
     from verlog.batch import ScoredBatch
 
-    train_cli("tiny", "iterations=3", "ppo.critic_warmup_iterations=0", "env.num_envs=4", "env.vector_mode=async",
-              "rollout.turns_per_env=4", "ppo.epochs=1", "ppo.minibatches=1", "ppo.micro_batch_size=16",
-              "format_warmup.steps=5", "format_warmup.episodes=2", "model.tiny.corpus_episodes=10",
-              "eval.episodes=2", "eval.num_envs=2", "eval.baseline=false", "logging.progress=false",
+    train_cli("tiny", "iterations=3", "env.vector_mode=async", *SHRUNK_TINY_RUN,
               "logging.dump_batch_every=1", "env.revisit_penalty=0.001", "env.revisit_penalty_schedule={2: 3, 3: 0.001}",
               f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=revisitsched")
     run = tmp_path / "revisitsched"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import train_cli
+from helpers import SHRUNK_TINY_RUN, train_cli
 from verlog.checkpointing import trained_iterations
 from verlog.config import ConfigError, load_recipe
 from verlog.logging import read_metrics
@@ -65,10 +65,7 @@ def test_a_run_samples_scores_and_updates_at_the_scheduled_temperature(tmp_path)
     update takes them at the batch's temperature; the engine's logprobs agree with the scored ones
     only when both are tempered; and in iteration 1 the reference (the initial policy) equals the
     actor, so its KL is 0 only when it too is taken at the temperature."""
-    train_cli("tiny", "iterations=2", "ppo.critic_warmup_iterations=0", "env.num_envs=4", "env.vector_mode=sync",
-              "rollout.turns_per_env=4", "ppo.epochs=1", "ppo.minibatches=1", "ppo.micro_batch_size=16",
-              "format_warmup.steps=5", "format_warmup.episodes=2", "model.tiny.corpus_episodes=10",
-              "eval.episodes=2", "eval.num_envs=2", "eval.baseline=false", "logging.progress=false",
+    train_cli("tiny", "iterations=2", "env.vector_mode=sync", *SHRUNK_TINY_RUN,
               "ppo.kl_coef=0.1", "rollout.temperature=0.7", "rollout.temperature_schedule={2: 0.4}",
               f"run_root={tmp_path}", f"model.cache_dir={tmp_path / 'cache'}", "name=tempered")
     run = tmp_path / "tempered"
