@@ -6,8 +6,9 @@ On crafter/default with the default config (``TrainConfig``'s defaults, ``env.ta
 it plays seeded random-action episodes (replies ``"ACTION: <valid action>"``, actions drawn from a
 ``random.Random(seed)``) and records the prompt length in tokens (``prompt_ids()``) at turn ``--early``
 and at turn ``--late`` (turn t's prompt is the one the agent answers at its t-th step, i.e. after
-t - 1 recorded turns), for each built-in ``memory.type`` (``none``, ``window``, ``full``, ``summary``,
-built by :func:`verlog.builders.memory_factory` with the config's other memory keys, so all share
+t - 1 recorded turns), for each built-in text ``memory.type`` (``none``, ``window``, ``full``,
+``summary``; not ``vision``, whose prompts show images), built by
+:func:`verlog.builders.memory_factory` with the config's other memory keys, so all share
 ``memory.max_prompt_tokens``) and for an unbounded full history (``full`` with a token budget of 10^9:
 nothing is ever dropped). Each memory is told the step's outcome as the runner tells it
 (:class:`~verlog.memory.TurnOutcome`). Episodes that end before turn ``--late`` (the random agent dies)
@@ -77,13 +78,20 @@ def play_episode(env: Any, memories: dict[str, Any], seed: int, early: int,
     return {name: (t[0], t[1]) for name, t in tokens.items()}
 
 
+def text_memory_types() -> list[str]:
+    """The built-in ``memory.type`` names whose prompts are text alone: a memory whose class has
+    ``prompt_images`` (the vision memory) needs an image model's processor and image observations,
+    which a text game's prompt length says nothing about."""
+    return [name for name in MEMORY_TYPES if not hasattr(MEMORY_TYPES[name], "prompt_images")]
+
+
 def measure(cfg: TrainConfig, episodes: int, early: int, late: int, seed: int,
             max_attempts: int) -> tuple[dict[str, list[Pair]], int]:
     """Early/late prompt tokens per memory over ``episodes`` episodes that reach turn ``late``;
     also returns how many episodes were played."""
     tokenizer = load_tokenizer(build_tiny_for(cfg))
     factories: dict[str, Callable[[], Any]] = {
-        name: memory_factory(replace(cfg.memory, type=name), tokenizer) for name in MEMORY_TYPES}
+        name: memory_factory(replace(cfg.memory, type=name), tokenizer) for name in text_memory_types()}
     factories[UNBOUNDED] = memory_factory(replace(cfg.memory, type="full", max_prompt_tokens=10**9), tokenizer)
     env = make_env(cfg.env.task, **cfg.env.env_kwargs())
     results: dict[str, list[Pair]] = {name: [] for name in factories}
