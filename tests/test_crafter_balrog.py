@@ -12,7 +12,10 @@ from crafter import objects
 from verlog.config import ConfigError, load_recipe
 from verlog.envs import make_env
 from verlog.envs.crafter import ACHIEVEMENTS, CRAFTER_ACTIONS, CrafterTextEnv
-from verlog.envs.crafter_balrog_text import DIED, SLEEPING, balrog_window, describe_balrog_surroundings
+from verlog.envs.crafter_balrog_text import (
+    DIED, SLEEPING, balrog_window, describe_balrog_surroundings, describe_balrog_view, nearest_things,
+)
+from verlog.envs.crafter_text import visible_things
 from verlog.catalog import ENV_TASKS, TIDY_TEXT_FAMILIES
 from verlog.envs.registry import accepts_argument
 from verlog.preflight import check_buildable
@@ -182,6 +185,35 @@ def test_context_keeps_crafters_item_names(env):
         "Your status:\n- health: 9/9\n- food: 9/9\n- drink: 4/9\n- energy: 9/9\n\n"
         "Your inventory:\n- wood: 3\n- wood_pickaxe: 1\n- stone_sword: 2"
     )
+
+
+@pytest.mark.parametrize("style", ["compass", "offset"])
+def test_the_one_pass_view_equals_the_scan_and_the_pure_rule_on_random_walks(style):
+    """describe_balrog_view reads the window in one pass (nearest_things); the slow reference is the
+    per-cell scan (visible_things) fed to the pure rule, on random walks from 8 seeds."""
+    import random
+
+    rng, compared = random.Random(0), 0
+    env = make_env("crafter/default", location_style=style)
+    for seed in range(8):
+        env.reset(seed=seed)
+        for _ in range(150):
+            world, player = env.crafter._world, env.crafter._player
+            pos = (int(player.pos[0]), int(player.pos[1]))
+            columns, rows = balrog_window(pos, (9, 7), (64, 64))
+            things, kinds = visible_things(world, player, columns, rows)
+            facing = kinds.get((int(player.facing[0]), int(player.facing[1])), "nothing")
+            expected = describe_balrog_surroundings(things, facing, location_style=style)
+            assert describe_balrog_view(world, player, (9, 7), style).endswith(expected)
+            nearest, faced = nearest_things(world, player, columns, rows)
+            assert faced == facing and len(nearest) == len({kind for kind, _, _ in things})
+            compared += 1
+            _, _, terminated, truncated, _ = env.step(f"ACTION: {rng.choice(sorted(CRAFTER_ACTIONS))}")
+            if terminated or truncated:
+                break
+    assert compared > 500
+    # a window cut away at the map's west or north edge describes nothing (balrog_window's rule)
+    assert nearest_things(env.crafter._world, env.crafter._player, range(0), range(0)) == ({}, "nothing")
 
 
 def test_describe_balrog_surroundings_pure():
