@@ -108,11 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     make_env("crafter/default").reset(seed=args.seed + 1)
     TextOnlyCrafter((64, 64)).reset_with_seed(args.seed + 1)
 
+    steps = args.steps
+    rng = np.random.default_rng(args.seed)
+    actions = [NAMES[i] for i in rng.integers(0, len(NAMES), steps)]  # one sequence, played at every size
     results, counts = {}, {}
     for size in (int(s) for s in args.sizes.split(",")):
-        steps = args.steps
-        rng = np.random.default_rng(args.seed)
-        actions = [NAMES[i] for i in rng.integers(0, len(NAMES), steps)]
         times, (_, bare_resets_s, bare_resets, _), (_, wrap_resets_s, wrap_resets, _) = paired_task(
             f"crafter/default {size}x{size}", lambda: run_bare(actions, size, args.seed),
             lambda: run_wrapped(actions, size, args.seed), args.pairs, match=lambda out: out[3])
