@@ -3,6 +3,7 @@ window, and GAE seconds against batch size; a JSON file and a figure of four pan
 
     python benchmarks/growth.py [--what envs,steps,window,gae] [--rounds 2 --iterations 3 --threads 1]
                                 [--out runs/growth] [--plot docs/growth.png] [--quick]
+    python benchmarks/growth.py --replot runs/growth/growth.json --plot docs/growth.png
 
 Sweeps (each point a fresh ``verlog-train tiny`` process with the format warm-up and the critic
 warm-up off, so every iteration collects, scores, updates actor and critic and syncs the engine;
@@ -134,6 +135,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
             ys = [p["total"] * 1e3 for p in res["points"]]
             ax.loglog(xs, ys, "o-", label="measured")
             ax.loglog(xs, [ys[0] * x / xs[0] for x in xs], "k--", lw=0.8, label="linear from the first point")
+            ax.set_xticks(xs, [str(x) for x in xs])
+            ax.minorticks_off()
             ax.set_ylabel("ms per call")
         else:
             bottom = [0.0] * len(xs)
@@ -144,6 +147,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
             if what == "envs":  # the work grows with N: the linear line through the first point
                 ax.plot([str(x) for x in xs], [bottom[0] * x / xs[0] for x in xs], "k--", lw=0.8,
                         label="linear from the first point")
+            if what == "window" and all(p.get("prompt_tokens") for p in res["points"]):
+                tokens = [p["prompt_tokens"] for p in res["points"]]  # the work grows with the prompt
+                ax.plot([str(x) for x in xs], [bottom[0] * t / tokens[0] for t in tokens], "k--", lw=0.8,
+                        label="prompt tokens, from the first point")
             ax.set_ylabel("seconds per iteration")
         ax.set_xlabel(res["key"])
         ax.set_title(what)
@@ -163,8 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/growth", help="directory of growth.json (default runs/growth)")
     parser.add_argument("--plot", default=None, help="where the PNG goes (default <out>/growth.png)")
     parser.add_argument("--quick", action="store_true", help="1 round of 2 iterations, gae 3 repeats")
+    parser.add_argument("--replot", default=None, metavar="JSON",
+                        help="draw the figure of an earlier run's growth.json (to --plot) and measure nothing")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = parser.parse_args(argv)
+    if args.replot:
+        saved = json.loads(Path(args.replot).read_text())
+        target = Path(args.plot) if args.plot else Path(args.replot).with_suffix(".png")
+        plot({k: v for k, v in saved.items() if k != "meta"}, target)
+        print(f"growth: drew {target} from {args.replot}")
+        return 0
     if args.quick:
         args.rounds, args.iterations, args.repeats = 1, 2, 3
     wanted = [w.strip() for w in args.what.split(",") if w.strip()]

@@ -47,3 +47,15 @@ def test_an_unknown_sweep_is_refused_in_one_line(capsys):
         growth.main(["--what", "envs,colours"])
     assert exit_info.value.code == 2
     assert "unknown sweep(s) ['colours']" in capsys.readouterr().err
+
+
+def test_replot_draws_a_saved_run_without_measuring(tmp_path, monkeypatch):
+    point = {"rollout": 1.0, "scoring": 0.2, "update": 3.0, "sync": 0.0, "total": 4.2, "turns": 512}
+    saved = {"meta": {"threads": 1},
+             "window": {"key": "memory.history_turns",
+                        "points": [{**point, "value": v, "prompt_tokens": 90.0 + 70 * v} for v in (0, 1)]}}
+    src = tmp_path / "growth.json"
+    src.write_text(growth.json.dumps(saved))
+    monkeypatch.setattr(growth, "sweep", lambda *a: pytest.fail("--replot must not measure"))
+    assert growth.main(["--replot", str(src), "--plot", str(tmp_path / "out.png")]) == 0
+    assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
