@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from verlog.memory.base import Memory, PromptStats, TurnOutcome
+from verlog.memory.encoding import encode_rendered
 
 __all__ = ["ChatMemory"]
 
@@ -220,13 +221,9 @@ class ChatMemory(Memory):
         return messages
 
     def _render(self, messages: list[dict[str, str]]) -> list[int]:
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(out, Mapping) or hasattr(out, "keys"):  # transformers 5: BatchEncoding
-            out = out["input_ids"]
-        ids = list(out)
-        if ids and not isinstance(ids[0], int):
-            raise TypeError(f"apply_chat_template returned {type(ids[0]).__name__} items, expected int ids")
-        return ids + self._prefix_ids
+        # apply_chat_template(tokenize=True) in two steps, so that a prompt seen before skips the tokenizer.
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return encode_rendered(self.tokenizer, text) + self._prefix_ids
 
     def _current_text(self) -> str:
         """The current observation followed by its current-only context (if any)."""
