@@ -4,7 +4,8 @@
 
 On the default recipe (``recipes/tiny.yaml``: babyai/easy_goto, the tiny model built offline by
 :func:`verlog.builders.build_tiny_for`, HF engine, the recipe's sampling parameters, ``threads`` set
-to ``--threads``) it times two sides interleaved, A B A B ... (:mod:`paired`, one untimed pair first):
+to ``--threads``; ``model.path=smollm2-135m-instruct`` measures a real model instead, resolved as a
+run resolves it) it times two sides interleaved, A B A B ... (:mod:`paired`, one untimed pair first):
 
 * A: one :meth:`FixedTurnCollector.collect` batch; the engine is wrapped so that every ``generate``
   call's prompts and the engine's RNG state before the call are recorded;
@@ -15,9 +16,9 @@ collector turns/s = turns of a batch / collect() time (prompt building, generati
 steps, batch packing); bare turns/s = the same turns / the replay's time (its ``generate`` calls and
 the RNG restores, microseconds each). The ratio of a pair is collector / bare turns/s (goal >= 0.90):
 the share of rollout time that is generation; the result is the median of the per-pair ratios with
-their min-max. The environments run in the recipe's vector mode (async: one subprocess per env), so
-on a 2-core machine the env workers compete with generation for the cores; the load at the time is
-printed with the figures.
+their min-max. The environments run in the recipe's vector mode (sync: in this process, one after
+the other; ``env.vector_mode=async`` puts each in a subprocess, whose workers then compete with
+generation for the cores); the load at the time is printed with the figures.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ preset_threads()  # OMP_NUM_THREADS before torch is imported
 import torch  # noqa: E402
 
 from paired import PairedTimes, paired_times, spread  # noqa: E402
-from verlog.builders import build_tiny_for, decoder, memory_factory, sampling_params  # noqa: E402
+from verlog.builders import base_model_path, decoder, memory_factory, sampling_params  # noqa: E402
 from verlog.config import TrainConfig  # noqa: E402
 from verlog.envs.vector import make_vector_env  # noqa: E402
 from verlog.models import load_tokenizer  # noqa: E402
@@ -76,7 +77,7 @@ def run(cfg: TrainConfig, pairs: int) -> tuple[PairedTimes, int, list[CollectSta
     """Paired seconds of A (one collect() batch) and B (its generate calls replayed on the bare engine);
     the turns of a batch; the collector's stats of the timed batches."""
     torch.set_num_threads(cfg.threads)
-    path = build_tiny_for(cfg)
+    path = base_model_path(cfg)  # the tiny model, or model.path=<a real model> resolved
     tokenizer = load_tokenizer(path)
     engine = HFEngine(path, tokenizer, seed=cfg.seed)
     recorder = RecordingEngine(engine)
