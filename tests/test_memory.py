@@ -260,23 +260,25 @@ def test_shortening_never_leaves_a_broken_character(tok):
         assert tok.decode(text_ids[: len(text_ids) - stats.trimmed_observation_tokens]) == kept_text
 
 
+class CountingTokenizer:
+    """Delegates to a real tokenizer, counting chat-template renders and tokenizer calls (``__call__``)."""
+
+    def __init__(self, inner):
+        self.inner, self.renders, self.calls = inner, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.inner(*args, **kwargs)
+
+    def apply_chat_template(self, *args, **kwargs):
+        self.renders += 1
+        return self.inner.apply_chat_template(*args, **kwargs)
+
+
 def test_budget_search_renders_logarithmically_often(tok):
-    class CountingTokenizer:
-        """Delegates to the real tokenizer, counting chat-template renders."""
-
-        def __init__(self, inner):
-            self.inner, self.renders = inner, 0
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-        def __call__(self, *args, **kwargs):
-            return self.inner(*args, **kwargs)
-
-        def apply_chat_template(self, *args, **kwargs):
-            self.renders += 1
-            return self.inner.apply_chat_template(*args, **kwargs)
-
     counting = CountingTokenizer(tok)
     k = 64
     mem = WindowMemory(counting, history_turns=k, max_prompt_tokens=400)

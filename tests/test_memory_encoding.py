@@ -8,25 +8,11 @@ import weakref
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_memory import CORPUS, chatml_tokenizer
+from test_memory import CORPUS, CountingTokenizer, chatml_tokenizer
 
 from verlog.memory import WindowMemory
 from verlog.memory import encoding
 from verlog.memory.encoding import encode_rendered
-
-
-class CountingTokenizer:
-    """Delegates to a real tokenizer, counting tokenizer calls (``__call__``)."""
-
-    def __init__(self, inner):
-        self.inner, self.calls = inner, 0
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.inner(*args, **kwargs)
 
 
 @pytest.fixture(scope="module")
