@@ -12,7 +12,7 @@ from test_memory import CORPUS, CountingTokenizer, chatml_tokenizer
 
 from verlog.memory import WindowMemory
 from verlog.memory import encoding
-from verlog.memory.encoding import encode_rendered
+from verlog.memory.encoding import encode_cached
 
 
 @pytest.fixture(scope="module")
@@ -30,16 +30,16 @@ def test_ids_equal_apply_chat_template_tokenize_true(tok, contents):
     messages = [{"role": roles[i % 4], "content": c} for i, c in enumerate(contents)]
     expected = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
     text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    assert encode_rendered(tok, text) == list(expected)
-    assert encode_rendered(tok, text) == list(expected)  # and again, from the cache
+    assert encode_cached(tok, text) == list(expected)
+    assert encode_cached(tok, text) == list(expected)  # and again, from the cache
 
 
 def test_a_text_seen_before_skips_the_tokenizer(tok):
     counting = CountingTokenizer(tok)
-    first = encode_rendered(counting, "<|im_start|>user\nCurrent observation:\na wall<|im_end|>\n")
-    again = encode_rendered(counting, "<|im_start|>user\nCurrent observation:\na wall<|im_end|>\n")
+    first = encode_cached(counting, "<|im_start|>user\nCurrent observation:\na wall<|im_end|>\n")
+    again = encode_cached(counting, "<|im_start|>user\nCurrent observation:\na wall<|im_end|>\n")
     assert first == again and counting.calls == 1
-    encode_rendered(counting, "<|im_start|>user\nCurrent observation:\na ball<|im_end|>\n")
+    encode_cached(counting, "<|im_start|>user\nCurrent observation:\na ball<|im_end|>\n")
     assert counting.calls == 2
 
 
@@ -57,27 +57,27 @@ def test_each_tokenizer_has_its_own(tok):
     other = chatml_tokenizer(corpus=[c.upper() for c in CORPUS])
     text = "<|im_start|>user\nyou see a red ball<|im_end|>\n"
     assert tok(text, add_special_tokens=False)["input_ids"] != other(text, add_special_tokens=False)["input_ids"]
-    assert encode_rendered(tok, text) == tok(text, add_special_tokens=False)["input_ids"]
-    assert encode_rendered(other, text) == other(text, add_special_tokens=False)["input_ids"]
+    assert encode_cached(tok, text) == tok(text, add_special_tokens=False)["input_ids"]
+    assert encode_cached(other, text) == other(text, add_special_tokens=False)["input_ids"]
 
 
 def test_returns_a_fresh_list(tok):
-    ids = encode_rendered(tok, "go forward")
+    ids = encode_cached(tok, "go forward")
     ids.clear()
-    assert encode_rendered(tok, "go forward") == tok("go forward", add_special_tokens=False)["input_ids"]
+    assert encode_cached(tok, "go forward") == tok("go forward", add_special_tokens=False)["input_ids"]
 
 
 def test_least_recently_used_text_is_dropped(tok, monkeypatch):
     monkeypatch.setattr(encoding, "CACHE_SIZE", 2)
     counting = CountingTokenizer(tok)  # a new tokenizer object: its cache is made with the patched size
     for text in ("a", "b", "a", "c", "a", "b"):
-        encode_rendered(counting, text)
+        encode_cached(counting, text)
     assert counting.calls == 4  # a, b, c, then b again (dropped when c came)
 
 
 def test_the_cache_does_not_keep_its_tokenizer_alive(tok):
     counting = CountingTokenizer(tok)
-    encode_rendered(counting, "go forward")
+    encode_cached(counting, "go forward")
     ref = weakref.ref(counting)
     del counting
     gc.collect()
@@ -90,4 +90,4 @@ def test_non_int_ids_raise(tok):
             return {"input_ids": [1.0, 2.0]}
 
     with pytest.raises(TypeError, match="expected int ids"):
-        encode_rendered(FloatTokenizer(), "x")
+        encode_cached(FloatTokenizer(), "x")

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from verlog.memory.base import Memory, PromptStats, TurnOutcome
-from verlog.memory.encoding import encode_rendered
+from verlog.memory.encoding import encode_cached
 
 __all__ = ["ChatMemory"]
 
@@ -223,7 +223,7 @@ class ChatMemory(Memory):
     def _render(self, messages: list[dict[str, str]]) -> list[int]:
         # apply_chat_template(tokenize=True) in two steps, so that a prompt seen before skips the tokenizer.
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return encode_rendered(self.tokenizer, text) + self._prefix_ids
+        return self._encode(text) + self._prefix_ids
 
     def _current_text(self) -> str:
         """The current observation followed by its current-only context (if any)."""
@@ -273,8 +273,7 @@ class ChatMemory(Memory):
         return best[0], best[1], PromptStats(len(best[1]), stored, len(obs_ids) - best[2])
 
     def _encode(self, text: str) -> list[int]:
-        out = self.tokenizer(text, add_special_tokens=False)
-        return list(out["input_ids"])
+        return encode_cached(self.tokenizer, text)
 
     def _prefix_text(self, ids: list[int], kept: int) -> tuple[str, int]:
         """Text of the first ``kept`` tokens, and how many tokens it really keeps.
