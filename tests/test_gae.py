@@ -326,6 +326,39 @@ def test_non_left_aligned_mask_raises():
         dual_discount_gae(*args, 0.9, 0.9, 1.0, 1.0)
 
 
+@pytest.mark.parametrize("R", [2, 3, 8, 9, 64])
+def test_non_left_aligned_mask_is_found_in_any_row_and_at_either_end(R):
+    gen = torch.Generator().manual_seed(R)
+    rewards, values, mask, terminated, truncated, bootstrap = _random_batch(gen, 3, 4, R)
+    dual_discount_gae(rewards, values, mask, terminated, truncated, bootstrap, 0.9, 0.9, 1.0, 1.0)  # aligned
+    for gap in range(1, R):  # row [2, 3] all valid but for one hole at slot gap - 1
+        bad = mask.clone()
+        bad[2, 3] = True
+        bad[2, 3, gap - 1] = False  # a valid token at slot `gap` right after the padding slot gap - 1
+        with pytest.raises(ValueError, match=rf"not left-aligned: response_mask\[2, 3, {gap}\] is True"):
+            dual_discount_gae(rewards, values, bad, terminated, truncated, bootstrap, 0.9, 0.9, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("gammas", [(0.9, 0.8, 1.0, 1.0), (0.9, 0.8, 0.95, 0.9)])
+def test_nan_and_inf_in_padding_are_ignored_bit_for_bit(dtype, gammas):
+    """Padding may hold anything (NaN, inf, -0.0): the outputs are exactly those of the same batch
+    with zeros there, and exactly +0.0 on padding."""
+    gen = torch.Generator().manual_seed(11)
+    rewards, values, mask, terminated, truncated, bootstrap = _random_batch(gen, 5, 6, 7, dtype=dtype)
+    garbage = torch.tensor([math.nan, math.inf, -math.inf, -0.0, 1e30], dtype=dtype)
+    pick = torch.randint(0, len(garbage), rewards.shape, generator=gen)
+    dirty_r = torch.where(mask, rewards, garbage[pick])
+    dirty_v = torch.where(mask, values, garbage[pick.flip(-1)])
+    clean = dual_discount_gae(torch.where(mask, rewards, 0), torch.where(mask, values, 0), mask, terminated,
+                              truncated, bootstrap, *gammas)
+    dirty = dual_discount_gae(dirty_r, dirty_v, mask, terminated, truncated, bootstrap, *gammas)
+    for a, b in zip(clean, dirty):
+        assert torch.equal(a, b)
+        pad = b[~mask]
+        assert torch.equal(pad, torch.zeros_like(pad)) and not bool(torch.signbit(pad).any())
+
+
 def test_empty_batch_raises():
     args = [x[:0] for x in _ok()]
     with pytest.raises(ValueError, match="empty batch"):
