@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import perfbench  # noqa: E402
-from perfbench import Result, add_common_args, load_note, preset_threads, report, threads_note  # noqa: E402
+from perfbench import Result, add_common_args, json_for, load_note, preset_threads, report, threads_note  # noqa: E402
 
 preset_threads()  # OMP_NUM_THREADS before torch is imported
 import torch  # noqa: E402
@@ -163,10 +163,10 @@ def main(argv: list[str] | None = None) -> int:
               f"(mean): served {per_call[0]:.1f}, direct {per_call[1]:.1f}; {load_note()}")
         report(Result.of("async/tools-unbatched", "rollout", f"served {1 / spread(single.a).median:.1f} turns/s vs "
                          f"one prompt a call {one:.1f} turns/s", f">= {TOOLS_GOAL:.2f}", single.rate_ratios(),
-                         args.threads), None)
+                         args.threads), json_for(args.json, "tools-unbatched"))
         report(Result.of("async/tools", "rollout", f"served {served:.1f} turns/s vs direct (batched) {direct:.1f} turns/s",
                          f">= {TOOLS_GOAL:.2f}", batched.rate_ratios(), args.threads),
-               args.json if args.only == "tools" else None)  # --json: the last figure run
+               args.json if args.only == "tools" else json_for(args.json, "tools"))
     if args.only in (None, "babyai"):
         cfg = load_recipe("tiny", [f"threads={args.threads}", f"env.num_envs={args.envs}",
                                    f"rollout.turns_per_env={args.turns}", *sync, *args.overrides])

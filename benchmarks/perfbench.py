@@ -268,6 +268,16 @@ class Result:
         return data
 
 
+def json_for(json_path: Path | None, figure: str) -> Path | None:
+    """Where a script that reports more than one figure writes ``figure``'s JSON: beside ``json_path``
+    (``<stem>.<figure>.json``, ``/`` in the figure written ``-``) so that ``make bench``'s table, which
+    reads every ``*.json`` of its directory, shows each figure; ``None`` when ``json_path`` is."""
+    if json_path is None:
+        return None
+    json_path = Path(json_path)
+    return json_path.with_name(f"{json_path.stem}.{figure.replace('/', '-')}.json")
+
+
 def report(result: Result, json_path: Path | None) -> None:
     """Print the per-pair ratios with the thread count and the load, then the result line (a
     benchmark's last line); when ``json_path`` is set, also write the JSON object there."""

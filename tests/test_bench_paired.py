@@ -139,6 +139,19 @@ def test_report_prints_the_result_line_last_and_writes_the_json_object(tmp_path,
     assert len(data["load"]) == 3 and data["ratios"] == [120.0, 90.0, 150.0]
 
 
+def test_a_second_figure_of_one_script_gets_its_own_file_that_the_table_reads(tmp_path, capsys):
+    main = tmp_path / "bench_async_rollout.json"
+    assert perfbench.json_for(None, "async/tools") is None
+    second = perfbench.json_for(main, "async/tools")
+    assert second == tmp_path / "bench_async_rollout.async-tools.json"
+    perfbench.report(perfbench.Result.of("async/babyai", "rollout", "x", ">= 0.95", [1.0], threads=1), main)
+    perfbench.report(perfbench.Result.of("async/tools", "rollout", "y", ">= 1.50", [1.1], threads=1), second)
+    capsys.readouterr()
+    assert table.main([str(tmp_path)]) == 0
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows == ["async/babyai", "async/tools"]
+
+
 def test_common_args_default_to_five_pairs_one_thread_and_the_json_env_var(monkeypatch):
     monkeypatch.setenv(perfbench.JSON_ENV, "/tmp/x.json")
     p = argparse.ArgumentParser()
