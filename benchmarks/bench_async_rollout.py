@@ -1,7 +1,8 @@
 """Server-based asynchronous rollout (``rollout.server``): collection turns/s through an engine server
 against the direct path, timed in pairs.
 
-    python benchmarks/bench_async_rollout.py [--pairs 3 --tool-envs 64 --envs 32 --turns 16 --threads 1] [--quick] [key=value ...]
+    python benchmarks/bench_async_rollout.py [--pairs 3 --babyai-pairs 9 --tool-envs 64 --envs 32 --turns 16 --threads 1]
+        [--quick] [key=value ...]
 
 Two figures, each the median over pairs of served turns/s / direct turns/s (:mod:`paired`; one untimed
 pair first; side A is the served one, B the direct one, so the ratio is A's rate / B's rate):
@@ -144,12 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, default=16, help="babyai turns per env a batch (default 16)")
     p.add_argument("--only", choices=("tools", "babyai"), default=None, help="run one figure only")
     add_common_args(p, pairs=3)
+    p.add_argument("--babyai-pairs", type=int, default=9,
+                   help="pairs of the babyai figure (default 9: each side is one ~1 s batch whose time swings by "
+                        "+-20 %% on a shared machine, so its median needs more pairs than the tool figures' 3)")
     p.add_argument("--quick", action="store_true", help="16 conversations; 8 sync babyai envs x 4 turns; 1 pair")
     p.add_argument("overrides", nargs="*", help="more overrides of both recipes, key=value (e.g. rollout.server_max_batch=32)")
     args = p.parse_args(argv)
     sync = []
     if args.quick:
-        args.tool_envs, args.envs, args.turns, args.pairs = 16, 8, 4, 1
+        args.tool_envs, args.envs, args.turns, args.pairs, args.babyai_pairs = 16, 8, 4, 1, 1
         sync = ["env.vector_mode=sync"]
     torch.set_num_threads(args.threads)
     if args.only in (None, "tools"):
@@ -170,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "babyai"):
         cfg = load_recipe("tiny", [f"threads={args.threads}", f"env.num_envs={args.envs}",
                                    f"rollout.turns_per_env={args.turns}", *sync, *args.overrides])
-        times, turns = babyai_figure(cfg, args.pairs)
+        times, turns = babyai_figure(cfg, args.babyai_pairs)
         served, direct = 1 / spread(times.a).median, 1 / spread(times.b).median
         print(f"bench_async_rollout babyai: {cfg.env.task}, {args.envs} envs x {args.turns} turns a batch "
               f"({cfg.env.vector_mode} envs), {threads_note(torch.get_num_threads())}; turns/s (median): served "
