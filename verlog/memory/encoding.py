@@ -10,9 +10,8 @@ reply prefix, an observation being shortened to fit the budget).
 
 For a rendered prompt the ids are exactly what ``apply_chat_template(..., tokenize=True)`` returns:
 that call renders the text and then tokenizes it with ``add_special_tokens=False``, which is what a
-miss does here. The
-cache assumes the tokenizer is not changed after its first use (Verlog never adds tokens to a loaded
-tokenizer); it is kept per tokenizer object and dropped with it.
+miss does here. The cache assumes the tokenizer is not changed after its first use (Verlog never adds
+tokens to a loaded tokenizer); it is kept per tokenizer object and dropped with it.
 """
 
 from __future__ import annotations
